@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/mode.hpp"
@@ -15,7 +16,7 @@ namespace hisparse {
 
 struct RequestFootprint {
   Mode mode = Mode::dense;
-  std::size_t gpu_bytes = 0;   ///< per request, all layers
+  std::size_t gpu_bytes = 0;   ///< per request, all layers (sum of gpu_breakdown)
   std::size_t host_bytes = 0;  ///< per request in pinned host memory, all layers
   std::map<std::string, std::size_t> gpu_breakdown;   ///< "kv_rows", "index_keys", "hot_buffer", "planes", ...
   std::map<std::string, std::size_t> host_breakdown;
@@ -36,6 +37,12 @@ struct CapacityQuery {
   double host_mem_bytes = 0;             ///< pinned host memory budget, 0 = unlimited
   double activation_reserve_bytes = 4e9; ///< kept free for activations and workspace
 };
+
+/// Whether `mode` applies to `model`: hisparse needs a DSA indexer, fathom modes need GQA.
+/// When not, `why` (if given) says why.
+[[nodiscard]] bool mode_supported(const ModelSpec& model, Mode mode, std::string* why = nullptr);
+/// Layers that hold an indexer (and index keys): ceil(layers / indexer.every_n_layers), 0 without.
+[[nodiscard]] int indexer_layer_count(const ModelSpec& model) noexcept;
 
 class CapacityModel {
  public:

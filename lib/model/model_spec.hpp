@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hisparse {
@@ -54,7 +55,13 @@ enum class KvLayout {
   mla_bf16_1152, ///< (512 + 64) bf16 = 1152 B
   dsv4_c4_584,   ///< DeepSeek-V4 C4 = 584 B
   gqa_bf16,      ///< K and V of every KV head, bf16: 2 * kv_heads * head_dim * 2 B
+  mla_bf16,      ///< (kv_lora_rank + qk_rope_head_dim) bf16, any MLA shape (tiny models)
 };
+
+/// "mla_fp8_656", "mla_bf16_1152", "dsv4_c4_584", "gqa_bf16", "mla_bf16" (the YAML names).
+[[nodiscard]] std::string_view name_of(KvLayout layout) noexcept;
+[[nodiscard]] std::string_view name_of(AttentionKind kind) noexcept;  ///< "mla" | "gqa"
+[[nodiscard]] std::string_view name_of(FfnKind kind) noexcept;        ///< "dense" | "moe"
 
 struct ModelSpec {
   std::string name;
@@ -87,5 +94,10 @@ struct ModelSpec {
 [[nodiscard]] ModelSpec load_model(const std::string& name_or_path);
 /// Names of the presets found in scenarios/models/.
 [[nodiscard]] std::vector<std::string> list_model_presets();
+/// Folder searched for presets: $HISPARSE_MODELS_DIR if set, else <source>/scenarios/models.
+[[nodiscard]] std::filesystem::path model_presets_dir();
+/// Parses model YAML text; `origin` names the file in error messages (relative `weights:` paths
+/// resolve against its folder).
+[[nodiscard]] ModelSpec parse_model_yaml(const std::string& text, const std::filesystem::path& origin);
 
 }  // namespace hisparse

@@ -1,38 +1,146 @@
-// hisparse-bench: the main command-line tool. Parses flags and calls libhisparse; no algorithms.
-#include <CLI/CLI.hpp>
+// hisparse-bench: the main command-line tool. Parses flags (CLI11) and calls libhisparse; the
+// subcommands live in commands.cpp. Every failure is one line "error: ..." on stderr.
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
-#include <iostream>
+#include <cstdio>
+#include <exception>
+#include <string>
 
-#include "bench/ceilings.hpp"
-#include "core/device.hpp"
+#include "commands.hpp"
 #include "core/error.hpp"
-#include "core/memory.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+constexpr const char* kFooter =
+    "Exit status: 0 success; 1 a sweep point failed (the other points completed and were "
+    "written); 2 bad input (flags, scenario or model YAML, files, impossible sizes) or no usable "
+    "backend.\n"
+    "Scenarios: scenarios/*.yaml (hisparse-bench list scenarios); keys documented in "
+    "lib/scenario/scenario.hpp.";
+
+void print_error(const std::string& message) {
+  std::string line = message;
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::fprintf(stderr, "error: %s\n", line.c_str());
+}
+
+std::string shell_quote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789_-./=:,+@%") == std::string::npos)
+    return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+int run_cli(int argc, char** argv) {
   using namespace hisparse;
-  CLI::App app{"hisparse-bench: HiSparse and Fathom decode benchmarks"};
+  CLI::App app{
+      "hisparse-bench: HiSparse and Fathom decode benchmarks (runs, validation, capacity "
+      "planning, device ceilings)",
+      "hisparse-bench"};
+  app.footer(kFooter);
   app.require_subcommand(1);
-  std::string backend = "auto";
-  auto* info = app.add_subcommand("info", "Print the device and measure PCIe and HBM bandwidth");
-  info->add_option("--backend", backend, "auto|cuda|cpu");
+  app.set_version_flag("--version", HISPARSE_VERSION);
+
+  cli::CommonOptions common;
+  for (int i = 0; i < argc; ++i)
+    common.command_line += (i ? " " : "") + shell_quote(i == 0 ? "hisparse-bench" : argv[i]);
+
+  auto add_json = [&](CLI::App* sub) {
+    sub->add_flag("--json", common.json, "Print machine-readable JSON on stdout (nothing else)");
+  };
+  auto add_quiet = [&](CLI::App* sub) {
+    sub->add_flag("--quiet,-q", common.quiet, "Print errors only (no progress, no tables)");
+  };
+  auto add_backend = [&](CLI::App* sub) {
+    sub->add_option("--backend", common.backend,
+                    "auto|cuda|cpu (default: the scenario's backend, else auto)");
+  };
+  auto add_set = [&](CLI::App* sub) {
+    sub->add_option("--set", common.sets,
+                    "Override a scenario key before validation, e.g. --set workload.seed=7 or "
+                    "--set sweep.concurrency=[1,2,4] (value parsed as YAML; repeatable)")
+        ->allow_extra_args(false);
+  };
+
+  std::string scenario;
+  auto* run = app.add_subcommand("run",
+                                 "Run a scenario's sweep and write results.json, "
+                                 "results.csv and summary.md");
+  run->add_option("SCENARIO", scenario, "Scenario YAML, or a name from 'list scenarios'")
+      ->required();
+  run->add_option("--out", common.out, "Output folder (default: the scenario's outputs.dir)");
+  add_backend(run);
+  add_set(run);
+  add_json(run);
+  add_quiet(run);
+  run->footer(kFooter);
+
+  std::vector<std::string> to_validate;
+  auto* validate = app.add_subcommand("validate", "Check scenario files without running them");
+  validate->add_option("SCENARIO", to_validate, "Scenario YAML files or names")->required();
+  add_set(validate);
+  add_json(validate);
+  add_quiet(validate);
+  validate->footer(kFooter);
+
+  std::string what = "all";
+  auto* list = app.add_subcommand("list", "List model presets, scenarios and modes");
+  list->add_option("WHAT", what, "models|scenarios|modes|all (default all)")
+      ->check(CLI::IsMember({"models", "scenarios", "modes", "all"}));
+  add_json(list);
+  list->footer(kFooter);
+
+  cli::PlanOptions plan_opts;
+  auto* plan = app.add_subcommand(
+      "plan", "Capacity planner: GPU and host bytes per request and admitted concurrency per mode");
+  plan->add_option("--model", plan_opts.model, "Model preset or path to a model YAML")->required();
+  plan->add_option("--context", plan_opts.context, "Tokens per request (default 131072)");
+  plan->add_option("--gpu-mem-gib", plan_opts.gpu_mem_gib,
+                   "GPU memory in GiB (2^30 B) (default 141)");
+  plan->add_option("--top-k", plan_opts.top_k, "Selected rows per step (0: model default)");
+  plan->add_option("--hot-buffer", plan_opts.hot_buffer, "HiSparse slots (0: 2 * top_k)");
+  plan->add_option("--budget-bits", plan_opts.budget_bits, "Fathom bit budget (default 48)");
+  plan->add_option("--host-mem-gib", plan_opts.host_mem_gib,
+                   "Pinned host memory budget in GiB (default 0: unlimited)");
+  add_json(plan);
+  plan->footer(kFooter);
+
+  auto* info = app.add_subcommand("info", "Print the device and measure its bandwidth ceilings");
+  add_backend(info);
+  add_json(info);
+  add_quiet(info);
+  info->footer(kFooter);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? exit_code::ok : exit_code::bad_input;
-  }
-  try {
-    if (*info) {
-      const Device device = Device::for_backend(resolve_backend(backend, "--backend"));
-      const auto p = device.properties();
-      fmt::print("device: {} ({}), memory {}\n", p.name, name_of(p.backend), format_bytes(p.total_memory));
-      const auto c = measure_ceilings(device);
-      fmt::print("h2d {:.1f} GB/s, d2h {:.1f} GB/s, hbm copy {:.1f} GB/s, host copy {:.1f} GB/s\n",
-                 c.h2d_gbps, c.d2h_gbps, c.hbm_copy_gbps, c.host_copy_gbps);
-    }
-  } catch (const Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    print_error(fmt::format("{}; run 'hisparse-bench --help'", e.what()));
     return exit_code::bad_input;
   }
-  return exit_code::ok;
+  if (*run) return cli::run_command(scenario, common);
+  if (*validate) return cli::validate_command(to_validate, common);
+  if (*list) return cli::list_command(what, common);
+  if (*plan) return cli::plan_command(plan_opts, common);
+  if (*info) return cli::info_command(common);
+  return exit_code::bad_input;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_cli(argc, argv);
+  } catch (const hisparse::Error& e) {
+    print_error(e.what());
+  } catch (const std::exception& e) {
+    print_error(fmt::format("unexpected failure: {}", e.what()));
+  } catch (...) {
+    print_error("unexpected failure of unknown type");
+  }
+  return hisparse::exit_code::bad_input;
 }

@@ -1,0 +1,152 @@
+// Fathom arithmetic shared verbatim by the CUDA kernels and their CPU twins (REFERENCE.md section
+// 2). Every function orders its floating-point operations explicitly (fmaf where a fused
+// multiply-add is meant, exact products elsewhere) so that the GPU and the CPU produce identical
+// bits.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/config.hpp"
+#include "core/dtypes.hpp"
+
+namespace hisparse::kernels::fathom {
+
+inline constexpr int kBlockTokens = 64;  ///< tokens per quantization block (one plane word)
+inline constexpr int kPlanes = 4;        ///< 4-bit codes, 4 bit planes
+inline constexpr int kSuperblockBlocks =
+    16;                                   ///< HBM layout: 16 blocks (1024 tokens) per superblock
+inline constexpr int kMaxChannels = 256;  ///< head_dim limit of the kernels
+inline constexpr int kMaxGroupHeads = 8;  ///< query heads per KV head limit of the kernels
+
+HISPARSE_HD float fused_multiply_add(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+/// Where the words and scales of (block, channel, plane) live.
+/// host: [channel][plane][capacity_blocks] words and [channel][capacity_blocks] scales, so the
+/// first
+///       t planes of a channel are t runs of n/8 bytes (one run of t x n/8 bytes when the store is
+///       exactly full);
+/// hbm:  [superblock][channel][plane][16] words (128 B per (channel, plane) unit) and
+///       [superblock][channel][16] scales.
+/// In both layouts the 16 words of one (channel, plane) for 16 consecutive blocks starting at a
+/// multiple of 16 are contiguous, which is what the scan kernel loads.
+enum class PlaneLayoutKind : std::uint8_t { host, hbm };
+
+struct PlaneLayout {
+  PlaneLayoutKind kind = PlaneLayoutKind::hbm;
+  std::int32_t channels = 0;
+  std::int64_t capacity_blocks = 0;  ///< a multiple of 16
+
+  [[nodiscard]] HISPARSE_HD std::int64_t word_index(std::int64_t block, int channel,
+                                                    int plane) const {
+    if (kind == PlaneLayoutKind::host)
+      return (static_cast<std::int64_t>(channel) * kPlanes + plane) * capacity_blocks + block;
+    const std::int64_t sb = block / kSuperblockBlocks;
+    return ((sb * channels + channel) * kPlanes + plane) * kSuperblockBlocks +
+           block % kSuperblockBlocks;
+  }
+  [[nodiscard]] HISPARSE_HD std::int64_t scale_index(std::int64_t block, int channel) const {
+    if (kind == PlaneLayoutKind::host)
+      return static_cast<std::int64_t>(channel) * capacity_blocks + block;
+    const std::int64_t sb = block / kSuperblockBlocks;
+    return (sb * channels + channel) * kSuperblockBlocks + block % kSuperblockBlocks;
+  }
+  [[nodiscard]] HISPARSE_HD std::int64_t words_per_stream() const {
+    return capacity_blocks * channels * kPlanes;
+  }
+  [[nodiscard]] HISPARSE_HD std::int64_t scales_per_stream() const {
+    return capacity_blocks * channels;
+  }
+};
+
+/// The published quantizer: scale a = absmax rounded to fp16 (clamped to the fp16 range), cell
+/// s = a / 8, code = clip(floor(k / s), -8, 7) + 8. An all-zero block gets a = 0 and code 8.
+HISPARSE_HD std::uint16_t block_scale_f16(float absmax) {
+  const float clamped = absmax > 65504.0f ? 65504.0f : absmax;
+  return float_to_f16(clamped);
+}
+HISPARSE_HD std::uint32_t quantize_code(float key, float scale) {
+  if (!(scale > 0.0f)) return 8u;
+  const float cell = scale * 0.125f;  // exact: division by a power of two
+  const float q = floorf(key / cell);
+  const float c = q < -8.0f ? -8.0f : (q > 7.0f ? 7.0f : q);
+  return static_cast<std::uint32_t>(static_cast<int>(c) + 8);
+}
+
+/// Midpoint reconstruction from the first t planes, as a multiple of the block scale a:
+/// (c_t + 0.5 - 2^(t-1)) / 2^(t-1) = (2 c_t + 1 - 2^t) * 2^-t; exact in float. t = 0 gives 0.
+HISPARSE_HD float partial_multiplier(std::uint32_t code_t, int t) {
+  if (t == 0) return 0.0f;
+  const int numerator = 2 * static_cast<int>(code_t) + 1 - (1 << t);
+  return static_cast<float>(numerator) * (1.0f / static_cast<float>(1 << t));
+}
+/// The value a partial read of `t` planes of `code4` (the full 4-bit code) reconstructs.
+HISPARSE_HD float partial_value(std::uint32_t code4, int t, float scale) {
+  return scale * partial_multiplier(code4 >> (kPlanes - t), t);
+}
+
+/// Monotone map of a float to an unsigned key (larger float -> larger key).
+HISPARSE_HD std::uint32_t orderable_key(float score) {
+  const std::uint32_t u = detail::float_bits(score);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+HISPARSE_HD float key_to_float(std::uint32_t key) {
+  return detail::bits_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+/// Unique selection key: higher score first, then lower position first. Always > 0.
+HISPARSE_HD std::uint64_t selection_key(float score, std::uint32_t position) {
+  return (static_cast<std::uint64_t>(orderable_key(score)) << 32) |
+         static_cast<std::uint64_t>(0xffffffffu - position);
+}
+HISPARSE_HD std::uint32_t selection_key_position(std::uint64_t key) {
+  return 0xffffffffu - static_cast<std::uint32_t>(key & 0xffffffffu);
+}
+
+/// log2(x) with a fixed sequence of IEEE operations (identical on both backends; |error| < 1e-6).
+/// x <= 0 or subnormal gives -1e30 (such a channel never receives a plane).
+HISPARSE_HD float reproducible_log2(float x) {
+  const std::uint32_t bits = detail::float_bits(x);
+  if (!(x >= 1.17549435e-38f) || (bits >= 0x7f800000u)) return x > 0.0f ? 1e30f : -1e30f;
+  const int exponent = static_cast<int>((bits >> 23) & 0xffu) - 127;
+  float m = detail::bits_float((bits & 0x007fffffu) | 0x3f800000u);  // [1, 2)
+  int e = exponent;
+  if (m > 1.41421356f) {  // centre the mantissa on 1 for a short series
+    m = m * 0.5f;
+    e += 1;
+  }
+  // log2(m) = 2/ln2 * atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172.
+  const float s = (m - 1.0f) / (m + 1.0f);
+  const float s2 = s * s;
+  float p = 1.0f / 11.0f;
+  p = fused_multiply_add(p, s2, 1.0f / 9.0f);
+  p = fused_multiply_add(p, s2, 1.0f / 7.0f);
+  p = fused_multiply_add(p, s2, 1.0f / 5.0f);
+  p = fused_multiply_add(p, s2, 1.0f / 3.0f);
+  p = fused_multiply_add(p, s2, 1.0f);
+  const float atanh_s = s * p;
+  return fused_multiply_add(atanh_s, 2.88539008f, static_cast<float>(e));
+}
+
+/// Importance accumulation: sum over the group's query heads of q^2, in head order.
+HISPARSE_HD float accumulate_q_squared(float sum, float q) {
+  return fused_multiply_add(q, q, sum);
+}
+
+/// Depth of a channel with log2 importance `log2_g` at log2(theta) = x:
+/// clip(round(log4(g / theta)), 0, 4) = #{m in 1..4 : log2_g - x >= 2m - 1}.
+HISPARSE_HD int depth_at(float log2_g, float x) {
+  const float d = log2_g - x;
+  return (d >= 1.0f) + (d >= 3.0f) + (d >= 5.0f) + (d >= 7.0f);
+}
+
+inline constexpr int kBisectionSteps = 30;
+inline constexpr float kBisectionLow = -60.0f;
+inline constexpr float kBisectionHigh = 60.0f;
+
+}  // namespace hisparse::kernels::fathom

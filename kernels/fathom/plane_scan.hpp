@@ -1,0 +1,78 @@
+// PlaneScan + selection: approximate scores from the first t_j planes of every channel (midpoint
+// reconstruction), then per query head the top `keep` tokens outside the sinks and the recent
+// window, unioned over the GQA group with the sinks and the recent tokens, deduplicated and
+// sorted. The CUDA version fuses the scan with a per-block streaming top-k (no score is written
+// to memory unless `scores` is given) and reads host-offloaded planes straight from mapped pinned
+// memory in runs of tile_blocks x 8 bytes per active (channel, plane), without host
+// synchronisation.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/stream.hpp"
+#include "kernels/fathom/fathom_math.hpp"
+
+namespace hisparse::kernels::fathom {
+
+struct PlaneScanArgs {
+  const std::uint64_t* words = nullptr;   ///< planes of every stream (PlaneLayout)
+  const std::uint16_t* scales = nullptr;  ///< fp16 scales of every stream
+  PlaneLayout layout;
+  const std::int64_t* lengths = nullptr;  ///< [streams] tokens of each stream
+  const float* queries = nullptr;         ///< [streams][heads][channels]
+  const std::uint8_t* depths = nullptr;   ///< [streams][channels], 0..4
+  std::int32_t streams = 0;
+  std::int32_t heads = 0;  ///< query heads per KV head (<= kMaxGroupHeads)
+  std::int32_t keep = 0;   ///< top tokens per query head (k - sinks - recent)
+  std::int32_t sinks = 4;
+  std::int32_t recent = 32;
+  std::int64_t max_tokens = 0;             ///< >= every length; row stride of `scores`
+  std::int32_t* selected = nullptr;        ///< [streams][max_selected()], ascending positions
+  std::int32_t* selected_count = nullptr;  ///< [streams]
+  float* scores = nullptr;  ///< optional [streams][heads][max_tokens]: every approximate score
+
+  [[nodiscard]] HISPARSE_HD std::int64_t max_selected() const {
+    return static_cast<std::int64_t>(sinks) + recent + static_cast<std::int64_t>(heads) * keep;
+  }
+};
+
+/// Device workspace of the fused kernels (sized by plane_scan_workspace, owned by lib/).
+struct PlaneScanWorkspace {
+  std::int32_t chunks = 1;                   ///< scan blocks per stream
+  std::int32_t tile_blocks = 16;             ///< quantization blocks per tile
+  std::int32_t budget = 0;                   ///< largest sum of depths of any stream
+  std::uint64_t* candidates = nullptr;       ///< [streams][heads][chunks][keep]
+  std::int32_t* candidate_counts = nullptr;  ///< [streams][heads][chunks]
+  [[nodiscard]] std::int64_t candidate_words(const PlaneScanArgs& a) const {
+    return static_cast<std::int64_t>(a.streams) * a.heads * chunks * a.keep;
+  }
+  [[nodiscard]] std::int64_t count_entries(const PlaneScanArgs& a) const {
+    return static_cast<std::int64_t>(a.streams) * a.heads * chunks;
+  }
+};
+
+/// Chooses chunks and tile size for a launch on a GPU with `multiprocessors` SMs; `budget` is the
+/// largest sum of depths any stream will use. Throws Error when the candidate buffers of `heads`
+/// x `keep` do not fit in shared memory.
+[[nodiscard]] PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget,
+                                                     int multiprocessors);
+
+#if HISPARSE_WITH_CUDA
+void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspace& ws,
+                              cudaStream_t stream);
+#endif
+/// CPU twin: identical selection and (when asked) bit-identical scores.
+void plane_scan_select_ref(const PlaneScanArgs& args);
+
+/// Approximate scores of tokens [0, n) of stream `s` for every head: out[h * n + i].
+void plane_scores_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n, float* out);
+
+/// The selection rule over given scores ([heads][n], row stride n): sinks, the recent window and
+/// the top `keep` of the remaining tokens per head under (score desc, position asc), unioned,
+/// sorted ascending. Returns the number written to `out` (room for max_selected()).
+std::int64_t select_from_scores_ref(const float* scores, std::int32_t heads, std::int64_t n,
+                                    std::int32_t keep, std::int32_t sinks, std::int32_t recent,
+                                    std::int32_t* out);
+
+}  // namespace hisparse::kernels::fathom

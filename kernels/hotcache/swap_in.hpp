@@ -1,0 +1,88 @@
+// HiSparse swap-in: resolves one decode step's top-k selection against each request's hot buffer
+// (one layer), fetches the misses from mapped pinned host memory and outputs the physical rows
+// attention reads. Contract (REFERENCE.md section 1), per batch row b:
+//  1. b >= *num_real (read from device memory, so a captured CUDA graph can be replayed with a
+//     different number of real requests): physical_rows[b][*] = -1, stats/plan count 0, nothing
+//     else is touched.
+//  2. r = request_of_row[b] (identity when null) picks the request's state. Positions outside
+//     [0, seq_len) (including -1) are "none" and give -1.
+//  3. seq_len <= hot: token t lives in slot t (the buffer still holds the whole sequence): output
+//     the slot; no I/O, no table or LRU change.
+//  4. Otherwise the newest token (seq_len - 1) lives in the reserved slot `hot` and is a hit.
+//     Other resident positions are hits. Misses (first occurrence in selection order) take the
+//     least recently used slots that are not hits this step: the m-th miss takes the m-th oldest
+//     evictable slot; slot_token is updated and the row copied from the host pool.
+//  5. New LRU order: untouched slots oldest first, then this step's misses (in miss order), then
+//     this step's hits in their previous relative order.
+//  6. Output physical row = r * (hot + 1) + slot, an index into the layer's hot rows.
+// Duplicated positions in a selection are allowed: every occurrence gets the same row.
+// Stats per row: misses = rows fetched; hits = valid entries - misses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/stream.hpp"
+
+namespace hisparse::kernels {
+
+/// The state of one layer's hot buffers, indexed by request.
+struct HotBufferView {
+  std::int32_t* slot_token = nullptr;  ///< [requests][hot]: token held by each slot, -1 empty
+  std::int32_t* lru = nullptr;         ///< [requests][hot]: slot indices, least recently used first
+  std::uint8_t* rows = nullptr;  ///< row of slot s of request r at (r * (hot + 1) + s) * row_stride
+  std::size_t row_stride = 0;    ///< bytes between hot rows
+};
+
+/// One layer of the host KV pool (device address of mapped pinned memory; host address on the CPU).
+struct HostPoolView {
+  const std::uint8_t* base =
+      nullptr;  ///< token t of request r at base + r * request_stride + t * row_stride
+  std::size_t request_stride = 0;
+  std::size_t row_stride = 0;
+};
+
+/// The miss plan the resolve step writes and the copy step consumes (device scratch).
+struct MissPlan {
+  std::int32_t* count = nullptr;  ///< [batch] rows to fetch
+  std::int32_t* slot = nullptr;   ///< [batch][top_k] destination slot of the m-th miss
+  std::int32_t* token = nullptr;  ///< [batch][top_k] token (host row) of the m-th miss
+};
+
+struct SwapInArgs {
+  const std::int32_t* selected = nullptr;  ///< [batch][top_k] positions, -1 none
+  const void* seq_lens = nullptr;          ///< [batch] int32 or int64 (seq_lens_int64)
+  bool seq_lens_int64 = false;
+  const std::int32_t* num_real = nullptr;        ///< one int32 in device memory
+  const std::int32_t* request_of_row = nullptr;  ///< [batch] request index per row, null: identity
+  HotBufferView hot_buffer;
+  HostPoolView host_pool;
+  std::size_t copy_bytes = 0;             ///< bytes copied per fetched row (<= both strides)
+  std::int32_t* physical_rows = nullptr;  ///< [batch][top_k] output
+  std::int32_t* stats = nullptr;          ///< [batch][2] hits, misses; optional
+  MissPlan plan;
+  int batch = 0;
+  int top_k = 0;
+  int hot = 0;
+  // Launch tuning (CUDA only; ignored by the twin).
+  int copy_blocks = 0;  ///< blocks of the copy kernel; 0: derived from the SM count
+  bool use_pdl = true;  ///< programmatic dependent launch of the copy kernel (sm_90+)
+};
+
+/// Dynamic shared memory the resolve kernel needs for (top_k, hot).
+[[nodiscard]] std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept;
+/// Hash-table capacity for a selection of top_k entries (power of two >= 2 * top_k).
+[[nodiscard]] int swap_in_hash_capacity(int top_k) noexcept;
+
+#if HISPARSE_WITH_CUDA
+/// Sets the resolve kernel's dynamic shared-memory limit for (top_k, hot). Call once outside
+/// stream capture before the first launch (the launcher also calls it when not capturing).
+void configure_swap_in(int top_k, int hot);
+/// Resolve kernel (one block per batch row) then copy kernel (rows of the plan spread over many
+/// blocks, each chunk within one request's host region). Capturable in a CUDA graph.
+void launch_swap_in(const SwapInArgs& args, cudaStream_t stream);
+#endif
+/// CPU twin with the identical contract (fills the plan too).
+void swap_in_ref(const SwapInArgs& args);
+
+}  // namespace hisparse::kernels

@@ -1,0 +1,135 @@
+// CPU twin of the swap-in: the contract of swap_in.hpp written plainly. It is the oracle the CUDA
+// kernels are compared against byte for byte, so every choice here (miss order, LRU order) is
+// the contract, not an implementation detail.
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/hotcache/swap_in.hpp"
+
+namespace hisparse::kernels {
+
+int swap_in_hash_capacity(int top_k) noexcept {
+  int capacity = 32;
+  while (capacity < 2 * top_k) capacity *= 2;
+  return capacity;
+}
+
+std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept {
+  const auto h = static_cast<std::size_t>(swap_in_hash_capacity(top_k));
+  const auto words = static_cast<std::size_t>((hot + 31) / 32);
+  const std::size_t bytes = 8 * h + 4 * words + 4 * 40 + 2 * static_cast<std::size_t>(hot) +
+                            2 * static_cast<std::size_t>(top_k);
+  return (bytes + 15) / 16 * 16;
+}
+
+namespace {
+std::int64_t seq_len_of(const SwapInArgs& a, int row) {
+  return a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[row]
+                          : static_cast<const std::int32_t*>(a.seq_lens)[row];
+}
+
+void write_stats(const SwapInArgs& a, int row, std::int32_t hits, std::int32_t misses) {
+  if (a.stats) {
+    a.stats[2 * row] = hits;
+    a.stats[2 * row + 1] = misses;
+  }
+  a.plan.count[row] = misses;
+}
+}  // namespace
+
+void swap_in_ref(const SwapInArgs& a) {
+  const int num_real = *a.num_real;
+  const int hot = a.hot;
+  for (int b = 0; b < a.batch; ++b) {
+    const std::int32_t* sel = a.selected + static_cast<std::size_t>(b) * a.top_k;
+    std::int32_t* out = a.physical_rows + static_cast<std::size_t>(b) * a.top_k;
+    if (b >= num_real) {  // padding row: -1 everywhere, nothing else touched
+      for (int i = 0; i < a.top_k; ++i) out[i] = -1;
+      write_stats(a, b, 0, 0);
+      continue;
+    }
+    const int r = a.request_of_row ? a.request_of_row[b] : b;
+    const std::int64_t seq_len = seq_len_of(a, b);
+    const std::int32_t base = r * (hot + 1);
+    auto valid = [&](std::int32_t pos) { return pos >= 0 && pos < seq_len; };
+    std::int32_t valid_entries = 0;
+    for (int i = 0; i < a.top_k; ++i) valid_entries += valid(sel[i]) ? 1 : 0;
+
+    if (seq_len <= hot) {  // short sequence: token t in slot t
+      for (int i = 0; i < a.top_k; ++i) out[i] = valid(sel[i]) ? base + sel[i] : -1;
+      write_stats(a, b, valid_entries, 0);
+      continue;
+    }
+
+    std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
+    std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(r) * hot;
+    const auto newest = static_cast<std::int32_t>(seq_len - 1);
+
+    std::unordered_map<std::int32_t, std::int32_t> resident;  // token -> slot
+    for (int s = 0; s < hot; ++s)
+      if (slot_token[s] >= 0) resident.emplace(slot_token[s], s);
+
+    // Hits mark their slot; misses are numbered in order of first occurrence.
+    std::vector<char> is_hit(static_cast<std::size_t>(hot), 0);
+    std::unordered_map<std::int32_t, std::int32_t> slot_of;  // selected position -> slot or ~miss
+    std::vector<std::int32_t> miss_tokens;
+    for (int i = 0; i < a.top_k; ++i) {
+      const std::int32_t pos = sel[i];
+      if (!valid(pos) || pos == newest || slot_of.contains(pos)) continue;
+      if (auto it = resident.find(pos); it != resident.end()) {
+        slot_of[pos] = it->second;
+        is_hit[static_cast<std::size_t>(it->second)] = 1;
+      } else {
+        slot_of[pos] = ~static_cast<std::int32_t>(miss_tokens.size());
+        miss_tokens.push_back(pos);
+      }
+    }
+    const auto n_miss = static_cast<std::int32_t>(miss_tokens.size());
+
+    // Walk the LRU order: the m-th evictable slot goes to the m-th miss.
+    std::vector<std::int32_t> untouched, missed, hits;
+    for (int p = 0; p < hot; ++p) {
+      const std::int32_t s = lru[p];
+      if (is_hit[static_cast<std::size_t>(s)]) {
+        hits.push_back(s);
+      } else if (static_cast<std::int32_t>(missed.size()) < n_miss) {
+        missed.push_back(s);
+      } else {
+        untouched.push_back(s);
+      }
+    }
+    std::size_t p = 0;
+    for (auto s : untouched) lru[p++] = s;
+    for (auto s : missed) lru[p++] = s;
+    for (auto s : hits) lru[p++] = s;
+
+    for (std::int32_t m = 0; m < n_miss; ++m) {
+      const std::int32_t slot = missed[static_cast<std::size_t>(m)];
+      const std::int32_t token = miss_tokens[static_cast<std::size_t>(m)];
+      slot_token[slot] = token;
+      a.plan.slot[static_cast<std::size_t>(b) * a.top_k + m] = slot;
+      a.plan.token[static_cast<std::size_t>(b) * a.top_k + m] = token;
+      std::memcpy(
+          a.hot_buffer.rows + static_cast<std::size_t>(base + slot) * a.hot_buffer.row_stride,
+          a.host_pool.base + static_cast<std::size_t>(r) * a.host_pool.request_stride +
+              static_cast<std::size_t>(token) * a.host_pool.row_stride,
+          a.copy_bytes);
+    }
+
+    for (int i = 0; i < a.top_k; ++i) {
+      const std::int32_t pos = sel[i];
+      if (!valid(pos)) {
+        out[i] = -1;
+      } else if (pos == newest) {
+        out[i] = base + hot;
+      } else {
+        const std::int32_t v = slot_of.at(pos);
+        out[i] = base + (v >= 0 ? v : missed[static_cast<std::size_t>(~v)]);
+      }
+    }
+    write_stats(a, b, valid_entries - n_miss, n_miss);
+  }
+}
+
+}  // namespace hisparse::kernels

@@ -1,0 +1,45 @@
+// DSA lightning indexer: scores every cached token of a request for the new query,
+//   score[t] = scale[t] * sum_h w[h] * relu(q[h] . key[t])
+// where key[t] is the fp8 e4m3 index key of token t and scale[t] its fp32 dequantisation scale
+// (128 fp8 + 4 B = 132 B per token at head_dim 128). Tokens t >= seq_len score -infinity, so a
+// top-k over the whole row never picks them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/config.hpp"
+#include "core/dtypes.hpp"
+#include "core/stream.hpp"
+
+namespace hisparse::kernels {
+
+struct IndexerArgs {
+  const float* q = nullptr;                ///< [batch x heads x dim]
+  const float* weights = nullptr;          ///< [batch x heads] per-head weights w[h]
+  const std::uint8_t* keys = nullptr;      ///< [batch x capacity x dim] fp8 e4m3
+  const float* key_scales = nullptr;       ///< [batch x capacity]
+  const std::int64_t* seq_lens = nullptr;  ///< [batch]
+  float* scores = nullptr;                 ///< [batch x capacity]
+  int batch = 0;
+  int heads = 0;
+  int dim = 0;
+  std::int64_t capacity = 0;
+};
+
+#if HISPARSE_WITH_CUDA
+void launch_indexer(const IndexerArgs& args, cudaStream_t stream);
+#endif
+void indexer_ref(const IndexerArgs& args);
+
+/// Quantises one index key to fp8 e4m3 with one scale: scale = absmax / 448 (1 for a zero key),
+/// code[i] = fp8(key[i] / scale).
+HISPARSE_HD void quantize_index_key(const float* key, int dim, std::uint8_t* codes, float* scale) {
+  float absmax = 0.0f;
+  for (int i = 0; i < dim; ++i) absmax = fmaxf(absmax, fabsf(key[i]));
+  const float s = absmax > 0.0f ? absmax / 448.0f : 1.0f;
+  for (int i = 0; i < dim; ++i) codes[i] = float_to_fp8e4m3(key[i] / s);
+  *scale = s;
+}
+
+}  // namespace hisparse::kernels

@@ -1,0 +1,150 @@
+#include "bench/result_set.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "model/mode.hpp"
+#include "report/atomic_file.hpp"
+#include "report/tables.hpp"
+
+#ifndef HISPARSE_GIT_REVISION
+#define HISPARSE_GIT_REVISION "unknown"
+#endif
+
+namespace hisparse {
+
+nlohmann::json to_json(const PointRecord& r) {
+  const auto& c = r.point.config;
+  nlohmann::json axes = nlohmann::json::object();
+  for (const auto& [axis, value] : r.point.axes) axes[axis] = value;
+  nlohmann::json j{{"index", r.point.index},
+                   {"axes", axes},
+                   {"config",
+                    {{"model", r.point.model},
+                     {"mode", std::string(name_of(c.mode))},
+                     {"concurrency", c.concurrency},
+                     {"context_length", c.context_length},
+                     {"top_k", c.top_k},
+                     {"hot_buffer", c.hot_buffer},
+                     {"budget_bits", c.budget_bits},
+                     {"policy", c.policy}}},
+                   {"status", r.ok ? "ok" : "failed"},
+                   {"error", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.error)}};
+  j["metrics"] = r.ok ? nlohmann::json(r.metrics) : nlohmann::json(nullptr);
+  return j;
+}
+
+nlohmann::json to_json(const DeviceProperties& p) {
+  return {{"name", p.name},
+          {"backend", std::string(name_of(p.backend))},
+          {"index", p.index},
+          {"compute_capability", fmt::format("{}.{}", p.compute_major, p.compute_minor)},
+          {"multiprocessors", p.multiprocessors},
+          {"total_memory", p.total_memory},
+          {"free_memory", p.free_memory},
+          {"l2_bytes", p.l2_bytes},
+          {"max_shared_per_block_optin", p.max_shared_per_block_optin},
+          {"driver_version", p.driver_version},
+          {"runtime_version", p.runtime_version}};
+}
+
+std::string git_revision() {
+  const std::string cmd =
+      fmt::format("git -C '{}' rev-parse HEAD 2>/dev/null", std::string(HISPARSE_SOURCE_DIR));
+  if (std::FILE* pipe = popen(cmd.c_str(), "r")) {
+    std::array<char, 128> buf{};
+    std::string out;
+    while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+    const int status = pclose(pipe);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    if (status == 0 && out.size() == 40) return out;
+  }
+  return HISPARSE_GIT_REVISION;
+}
+
+std::string host_name() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0) return "unknown";
+  return buf.data();
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::array<char, 32> buf{};
+  std::strftime(buf.data(), buf.size(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf.data();
+}
+
+nlohmann::json run_metadata(const RunInfo& info) {
+  return {
+      {"tool", "hisparse-bench"},
+      {"version", HISPARSE_VERSION},
+      {"git_revision", git_revision()},
+      {"command_line", info.command_line},
+      {"host", host_name()},
+      {"start_time", info.start_time.empty() ? utc_now_iso8601() : info.start_time},
+      {"backend", std::string(name_of(info.device.backend))},
+      {"device", to_json(info.device)},
+      {"ceilings", info.ceilings},
+      {"memory_budget", {{"bytes", info.budget.bytes}, {"source", info.budget.source}}},
+      {"synthetic", {{"weights", info.synthetic_weights}, {"workload", info.synthetic_workload}}}};
+}
+
+ResultSet::ResultSet(nlohmann::json metadata, nlohmann::json scenario, std::size_t planned_points)
+    : metadata_(std::move(metadata)), scenario_(std::move(scenario)), planned_(planned_points) {}
+
+void ResultSet::add(const PointRecord& record) {
+  points_.push_back(hisparse::to_json(record));
+  if (!record.ok) ++failed_;
+}
+
+nlohmann::json ResultSet::to_json() const {
+  const std::size_t recorded = points_.size();
+  return {{"schema_version", kResultsSchemaVersion},
+          {"metadata", metadata_},
+          {"scenario", scenario_},
+          {"points", points_},
+          {"summary",
+           {{"planned", planned_},
+            {"recorded", recorded},
+            {"ok", recorded - failed_},
+            {"failed", failed_},
+            {"complete", recorded == planned_}}}};
+}
+
+std::vector<std::filesystem::path> ResultSet::write(const std::filesystem::path& dir,
+                                                    const std::vector<std::string>& formats) const {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw Error(dir.string(), "cannot create the output folder (" + ec.message() + ")",
+                "choose a writable folder with --out DIR");
+  const nlohmann::json j = to_json();
+  std::vector<std::filesystem::path> written;
+  for (const auto& f : formats) {
+    std::filesystem::path path;
+    std::string content;
+    if (f == "json")
+      path = dir / "results.json", content = j.dump(2) + "\n";
+    else if (f == "csv")
+      path = dir / "results.csv", content = results_csv(j);
+    else if (f == "md")
+      path = dir / "summary.md", content = results_markdown(j);
+    else
+      continue;
+    write_file_atomically(path, content);
+    written.push_back(path);
+  }
+  return written;
+}
+
+}  // namespace hisparse

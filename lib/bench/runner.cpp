@@ -1,0 +1,116 @@
+#include "bench/runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "model/capacity_model.hpp"
+#include "trace/nvtx.hpp"
+
+namespace hisparse {
+
+MemoryBudget memory_budget_of(const DeviceProperties& device) {
+  MemoryBudget b;
+  b.bytes = static_cast<double>(device.total_memory);
+  b.source =
+      device.backend == Backend::cuda
+          ? fmt::format("device memory of {} ({})", device.name, format_bytes(device.total_memory))
+          : fmt::format("host RAM ({}), CPU backend", format_bytes(device.total_memory));
+  return b;
+}
+
+PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup_steps,
+                         int decode_steps, const Progress& progress) const {
+  HISPARSE_FUNC_RANGE();
+  PointMetrics m;
+  m.requested = config.concurrency;
+  config.backend = backend_;
+
+  // Admission: a serving system runs what fits and queues the rest.
+  CapacityQuery q;
+  q.context_length = config.context_length;
+  q.top_k = config.top_k;
+  q.hot_buffer = config.hot_buffer;
+  q.budget_bits = config.budget_bits;
+  q.gpu_mem_bytes = budget_.bytes;
+  q.host_mem_bytes = budget_.host_bytes;
+  const CapacityModel capacity(model);
+  const RequestFootprint footprint = capacity.footprint(config.mode, q);
+  m.planned_gpu_bytes_per_request = footprint.gpu_bytes;
+  m.planned_host_bytes_per_request = footprint.host_bytes;
+  m.admitted = -1;
+  for (const auto& row : capacity.plan(q))
+    if (row.footprint.mode == config.mode) m.admitted = row.max_concurrency;
+  if (m.admitted < 0) m.admitted = config.concurrency;
+  m.running = static_cast<int>(std::min<std::int64_t>(config.concurrency, m.admitted));
+  m.queued = m.requested - m.running;
+  if (m.running < 1)
+    throw Error(
+        fmt::format("{} {} at context {}", model.name, name_of(config.mode), config.context_length),
+        fmt::format("not one request fits: {} per request and {} of weights against {}",
+                    format_bytes(footprint.gpu_bytes), format_bytes(capacity.weight_bytes()),
+                    budget_.source),
+        "lower context_length or use a mode that keeps less on the GPU (hisparse)");
+  config.concurrency = m.running;
+
+  DecodeEngine engine(model, config);
+  m.gpu_bytes_per_request = engine.gpu_bytes_per_request();
+  const bool wall_clock = backend_ == Backend::cpu;
+  m.timing = wall_clock ? "cpu wall clock per step (CPU backend, not GPU figures)"
+                        : "cuda events per step (DecodeEngine StepStats)";
+  const int total = warmup_steps + decode_steps;
+  std::vector<double> step_ms;
+  std::map<std::string, std::vector<double>> phases;
+  double h2d = 0, scanned = 0;
+  for (int s = 0; s < total; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepStats st = engine.step();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (s >= warmup_steps) {
+      step_ms.push_back(wall_clock ? std::chrono::duration<double, std::milli>(t1 - t0).count()
+                                   : st.step_ms);
+      for (const auto& [phase, ms] : st.phase_ms) phases[phase].push_back(ms);
+      m.hits += st.hits;
+      m.misses += st.misses;
+      h2d += static_cast<double>(st.bytes_h2d);
+      scanned += static_cast<double>(st.bytes_scanned);
+    }
+    if (progress) progress(s + 1, total);
+  }
+  m.step_ms = summarize(step_ms);
+  m.tpot_ms = m.step_ms.median;
+  m.output_tokens_per_s = m.step_ms.median > 0 ? m.running / (m.step_ms.median * 1e-3) : 0.0;
+  for (auto& [phase, v] : phases) m.phase_ms[phase] = percentile(v, 50);
+  if (m.hits + m.misses > 0)
+    m.hit_rate = static_cast<double>(m.hits) / static_cast<double>(m.hits + m.misses);
+  m.bytes_h2d_per_step = decode_steps > 0 ? h2d / decode_steps : 0;
+  m.bytes_scanned_per_step = decode_steps > 0 ? scanned / decode_steps : 0;
+  return m;
+}
+
+void to_json(nlohmann::json& j, const PointMetrics& m) {
+  j = nlohmann::json{
+      {"output_tokens_per_s", m.output_tokens_per_s},
+      {"step_ms", m.step_ms},
+      {"tpot_ms", m.tpot_ms},
+      {"timing", m.timing},
+      {"requested_requests", m.requested},
+      {"running_requests", m.running},
+      {"queued_requests", m.queued},
+      {"admitted_requests", m.admitted},
+      {"phase_ms", m.phase_ms},
+      {"hits", m.hits},
+      {"misses", m.misses},
+      {"hit_rate", m.hit_rate < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.hit_rate)},
+      {"bytes_h2d_per_step", m.bytes_h2d_per_step},
+      {"bytes_scanned_per_step", m.bytes_scanned_per_step},
+      {"gpu_bytes_per_request", m.gpu_bytes_per_request},
+      {"planned_gpu_bytes_per_request", m.planned_gpu_bytes_per_request},
+      {"planned_host_bytes_per_request", m.planned_host_bytes_per_request}};
+}
+
+}  // namespace hisparse

@@ -1,0 +1,70 @@
+// Runner: measures one sweep point. Builds the DecodeEngine for the requests the memory budget
+// admits, runs warm-up steps, then the measured steps, and reduces them to PointMetrics.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/statistics.hpp"
+#include "core/device.hpp"
+#include "model/decode_engine.hpp"
+#include "model/model_spec.hpp"
+
+namespace hisparse {
+
+/// Memory that admission (CapacityModel) is checked against.
+struct MemoryBudget {
+  double bytes = 0;       ///< GPU memory on CUDA; physical RAM on the CPU backend
+  double host_bytes = 0;  ///< pinned host budget, 0 = unlimited
+  std::string source;     ///< says what `bytes` is, e.g. "device memory of NVIDIA H200"
+};
+
+/// The budget of a device: its total memory, labelled.
+[[nodiscard]] MemoryBudget memory_budget_of(const DeviceProperties& device);
+
+struct PointMetrics {
+  std::string timing;                      ///< how step times were taken
+  int requested = 0;                       ///< concurrency asked for
+  int running = 0;                         ///< requests admitted and decoded together
+  int queued = 0;                          ///< requested - running
+  Summary step_ms;                         ///< over the measured steps
+  double tpot_ms = 0;                      ///< time per output token of a request (= median step)
+  double output_tokens_per_s = 0;          ///< running / median step time
+  std::map<std::string, double> phase_ms;  ///< median over steps, per phase (summed over layers)
+  std::int64_t hits = 0;                   ///< over the measured steps
+  std::int64_t misses = 0;
+  double hit_rate = -1;  ///< hits / (hits + misses); -1 when no hot buffer was used
+  double bytes_h2d_per_step = 0;
+  double bytes_scanned_per_step = 0;
+  std::size_t gpu_bytes_per_request = 0;          ///< as allocated by the engine
+  std::size_t planned_gpu_bytes_per_request = 0;  ///< CapacityModel
+  std::size_t planned_host_bytes_per_request = 0;
+  std::int64_t admitted = 0;  ///< CapacityModel max concurrency for the budget
+};
+
+void to_json(nlohmann::json& j, const PointMetrics& m);
+
+class Runner {
+ public:
+  Runner(Backend backend, MemoryBudget budget) : backend_(backend), budget_(std::move(budget)) {}
+
+  /// Called after every step: (steps done, steps in total incl. warm-up).
+  using Progress = std::function<void(int, int)>;
+
+  /// Measures one point. Throws Error when not one request fits or the engine fails.
+  [[nodiscard]] PointMetrics run(const ModelSpec& model, EngineConfig config, int warmup_steps,
+                                 int decode_steps, const Progress& progress = {}) const;
+
+  [[nodiscard]] const MemoryBudget& budget() const noexcept { return budget_; }
+
+ private:
+  Backend backend_;
+  MemoryBudget budget_;
+};
+
+}  // namespace hisparse

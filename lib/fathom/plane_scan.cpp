@@ -1,0 +1,46 @@
+#include "fathom/plane_scan.hpp"
+
+#include "trace/nvtx.hpp"
+
+namespace hisparse::fathom {
+namespace kf = kernels::fathom;
+
+PlaneScan::PlaneScan(Backend backend) : backend_(backend) {
+  if (backend_ == Backend::cuda) multiprocessors_ = Device::cuda().properties().multiprocessors;
+}
+
+kf::PlaneScanArgs PlaneScan::args_for(const PlaneStore& store) {
+  kf::PlaneScanArgs a;
+  a.words = store.words();
+  a.scales = store.scales();
+  a.layout = store.layout();
+  a.lengths = store.lengths();
+  a.streams = store.streams();
+  a.max_tokens = store.max_length();
+  return a;
+}
+
+void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stream) {
+  HISPARSE_RANGE("fathom_scan_select", Phase::scan);
+  kf::PlaneScanWorkspace ws = kf::plan_scan_workspace(args, budget, multiprocessors_);
+  if (backend_ == Backend::cpu) {
+    kf::plane_scan_select_ref(args);
+    return;
+  }
+#if HISPARSE_WITH_CUDA
+  const auto words = static_cast<std::size_t>(ws.candidate_words(args));
+  const auto counts = static_cast<std::size_t>(ws.count_entries(args));
+  if (candidates_.size() < words)
+    candidates_ = Buffer<std::uint64_t>::device(words, backend_, "fathom scan candidates");
+  if (counts_.size() < counts)
+    counts_ = Buffer<std::int32_t>::device(counts, backend_, "fathom scan counts");
+  ws.candidates = candidates_.device_data();
+  ws.candidate_counts = counts_.device_data();
+  ws_ = ws;
+  kf::launch_plane_scan_select(args, ws, stream);
+#else
+  (void)stream;
+#endif
+}
+
+}  // namespace hisparse::fathom

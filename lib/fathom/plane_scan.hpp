@@ -1,0 +1,34 @@
+// PlaneScan: runs the fused scan + selection over a PlaneStore on the store's backend (the CUDA
+// kernels, or the CPU twin), owning the kernels' workspace. Works for both plane layouts: on the
+// host layout the kernel reads the active runs straight from mapped pinned memory.
+#pragma once
+
+#include <cstdint>
+
+#include "core/memory.hpp"
+#include "core/stream.hpp"
+#include "fathom/plane_store.hpp"
+#include "kernels/fathom/plane_scan.hpp"
+
+namespace hisparse::fathom {
+
+class PlaneScan {
+ public:
+  explicit PlaneScan(Backend backend);
+  /// Fills the store's fields of `args` (words, scales, layout, lengths, max_tokens when 0).
+  [[nodiscard]] static kernels::fathom::PlaneScanArgs args_for(const PlaneStore& store);
+  /// Runs on `stream`; `budget` bounds the sum of depths of every stream (sizes the tile).
+  void run(const kernels::fathom::PlaneScanArgs& args, int budget, NativeStream stream = nullptr);
+  [[nodiscard]] const kernels::fathom::PlaneScanWorkspace& workspace() const noexcept {
+    return ws_;
+  }
+
+ private:
+  Backend backend_;
+  int multiprocessors_ = 132;
+  kernels::fathom::PlaneScanWorkspace ws_;
+  Buffer<std::uint64_t> candidates_;
+  Buffer<std::int32_t> counts_;
+};
+
+}  // namespace hisparse::fathom

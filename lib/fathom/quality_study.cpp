@@ -1,0 +1,147 @@
+#include "fathom/quality_study.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "fathom/plane_store.hpp"
+#include "fathom/selector.hpp"
+#include "kernels/fathom/plane_scan.hpp"
+#include "trace/nvtx.hpp"
+
+namespace hisparse::fathom {
+namespace kf = kernels::fathom;
+
+std::vector<MethodSpec> default_methods() {
+  std::vector<MethodSpec> m;
+  for (int b : {40, 48, 64, 80, 128}) m.push_back({ScanMethod::fathom, b, 0});
+  m.push_back({ScanMethod::full_scan, 0, 0});
+  m.push_back({ScanMethod::fixed_channels, 0, 32});
+  m.push_back({ScanMethod::sparq, 0, 16});
+  m.push_back({ScanMethod::sparq, 0, 32});
+  m.push_back({ScanMethod::oracle, 0, 0});
+  return m;
+}
+
+std::vector<QualityRow> quality_study(const QualityConfig& config) {
+  HISPARSE_FUNC_RANGE();
+  const auto methods = config.methods.empty() ? default_methods() : config.methods;
+  std::vector<QualityRow> rows(methods.size());
+  for (std::size_t m = 0; m < methods.size(); ++m)
+    rows[m].method = methods[m], rows[m].name = methods[m].name();
+  const int keep = config.top_k - config.sinks - config.recent;
+  double samples = 0;
+  for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
+    SyntheticKeySpec spec = config.workload;
+    spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
+    const SyntheticKeys data = make_synthetic_keys(spec);
+    const int d = spec.channels, heads = spec.heads;
+    const std::int64_t n = spec.tokens;
+    PlaneStore store(Backend::cpu, PlaneLayoutKind::hbm, 1, d, n, "quality study planes");
+    store.append(0, 1, data.keys.data(), d, 0, n);
+    const std::vector<int> fixed = calibrate_fixed_channels(data.variance, data.queries, d, 32);
+    std::vector<float> scores(static_cast<std::size_t>(n) * heads);
+    std::vector<std::int32_t> oracle(
+        static_cast<std::size_t>(config.sinks + config.recent + heads * keep));
+    std::vector<std::int32_t> sel(oracle.size());
+    std::vector<float> dense(static_cast<std::size_t>(heads) * d), approx(dense.size());
+    for (int step = 0; step < spec.steps; ++step) {
+      const float* q = data.query(step);
+      exact_scores(q, heads, data.keys.data(), n, d, scores.data());
+      const auto oracle_n = kf::select_from_scores_ref(scores.data(), heads, n, keep, config.sinks,
+                                                       config.recent, oracle.data());
+      attention_over(q, heads, data.keys.data(), data.values.data(), n, d, {}, dense.data());
+      for (std::size_t m = 0; m < methods.size(); ++m) {
+        std::int64_t count = 0;
+        if (methods[m].method == ScanMethod::oracle) {
+          std::copy_n(oracle.begin(), oracle_n, sel.begin());
+          count = oracle_n;
+          rows[m].bits_per_token += 16.0 * d;
+          rows[m].active_channels += d;
+        } else {
+          auto depths = method_depths(methods[m], q, heads, d, data.variance, fixed);
+          // Fixed channel sets are calibrated per method size.
+          if (methods[m].method == ScanMethod::fixed_channels && methods[m].channels != 32) {
+            const auto own =
+                calibrate_fixed_channels(data.variance, data.queries, d, methods[m].channels);
+            depths = method_depths(methods[m], q, heads, d, data.variance, own);
+          }
+          kf::PlaneScanArgs args;
+          args.words = store.words();
+          args.scales = store.scales();
+          args.layout = store.layout();
+          args.queries = q;
+          args.depths = depths.data();
+          args.streams = 1;
+          args.heads = heads;
+          kf::plane_scores_ref(args, 0, n, scores.data());
+          count = kf::select_from_scores_ref(scores.data(), heads, n, keep, config.sinks,
+                                             config.recent, sel.data());
+          rows[m].bits_per_token += plan_bits(depths);
+          rows[m].active_channels += active_channels(depths);
+        }
+        std::vector<std::int32_t> inter;
+        std::set_intersection(sel.begin(), sel.begin() + count, oracle.begin(),
+                              oracle.begin() + oracle_n, std::back_inserter(inter));
+        rows[m].recall += static_cast<double>(inter.size()) /
+                          static_cast<double>(std::max<std::int64_t>(1, oracle_n));
+        attention_over(q, heads, data.keys.data(), data.values.data(), n, d,
+                       std::span<const std::int32_t>(sel.data(), static_cast<std::size_t>(count)),
+                       approx.data());
+        double err = 0;
+        for (int h = 0; h < heads; ++h) {
+          double num = 0, den = 0;
+          for (int j = 0; j < d; ++j) {
+            const double diff = approx[h * d + j] - dense[h * d + j];
+            num += diff * diff;
+            den += static_cast<double>(dense[h * d + j]) * dense[h * d + j];
+          }
+          err += std::sqrt(num / std::max(den, 1e-300));
+        }
+        rows[m].attention_error += err / heads;
+      }
+      samples += 1;
+    }
+  }
+  for (auto& r : rows) {
+    r.bits_per_token /= samples;
+    r.bytes_per_token = r.bits_per_token / 8.0;
+    r.active_channels /= samples;
+    r.recall /= samples;
+    r.attention_error /= samples;
+  }
+  return rows;
+}
+
+std::string format_quality_table(const std::vector<QualityRow>& rows) {
+  std::string out =
+      "| method | bits/token | bytes/token | active channels | recall | attention rel. error |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const auto& r : rows)
+    out += fmt::format("| {} | {:.1f} | {:.2f} | {:.1f} | {:.4f} | {:.5f} |\n", r.name,
+                       r.bits_per_token, r.bytes_per_token, r.active_channels, r.recall,
+                       r.attention_error);
+  return out;
+}
+
+double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error) {
+  std::vector<const QualityRow*> f;
+  for (const auto& r : rows)
+    if (r.method.method == ScanMethod::fathom) f.push_back(&r);
+  if (f.empty()) return 0;
+  std::sort(f.begin(), f.end(),
+            [](auto a, auto b) { return a->bits_per_token < b->bits_per_token; });
+  if (f.front()->attention_error <= error) return f.front()->bits_per_token;
+  for (std::size_t i = 1; i < f.size(); ++i) {
+    if (f[i]->attention_error <= error) {
+      const double e0 = std::log(f[i - 1]->attention_error), e1 = std::log(f[i]->attention_error);
+      const double b0 = std::log(f[i - 1]->bits_per_token), b1 = std::log(f[i]->bits_per_token);
+      const double t = (e0 - std::log(error)) / std::max(e0 - e1, 1e-300);
+      return std::exp(b0 + t * (b1 - b0));
+    }
+  }
+  return f.back()->bits_per_token;
+}
+
+}  // namespace hisparse::fathom

@@ -1,0 +1,127 @@
+#include "fathom/selector.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/dtypes.hpp"
+#include "core/error.hpp"
+#include "trace/nvtx.hpp"
+
+namespace hisparse::fathom {
+namespace kf = kernels::fathom;
+
+FathomSelector::FathomSelector(Backend backend, SelectorConfig config)
+    : backend_(backend), config_(config), planner_(backend), scan_(backend) {
+  if (config_.sinks < 0 || config_.recent < 0 || config_.keep() < 1)
+    throw Error("fathom selector: top_k",
+                fmt::format("top_k {} leaves no room beyond {} sinks and {} recent tokens",
+                            config_.top_k, config_.sinks, config_.recent),
+                fmt::format("use top_k > {}", config_.sinks + config_.recent));
+}
+
+std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& store,
+                                                              const float* queries, int heads,
+                                                              const float* variances,
+                                                              int variance_period) {
+  HISPARSE_FUNC_RANGE();
+  if (store.backend() != backend_)
+    throw Error("fathom selector", "the plane store lives on another backend", "use one backend");
+  const int d = store.channels();
+  const std::int32_t streams = store.streams();
+  const auto q_count = static_cast<std::size_t>(streams) * heads * d;
+  auto q_dev = Buffer<float>::device(q_count, backend_, "fathom queries");
+  auto var_dev = Buffer<float>::device(static_cast<std::size_t>(variance_period) * d, backend_,
+                                       "fathom variances");
+  auto depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * d, backend_,
+                                             "fathom depths");
+  copy_bytes(q_dev.device_data(), queries, q_dev.bytes(), backend_);
+  copy_bytes(var_dev.device_data(), variances, var_dev.bytes(), backend_);
+
+  kf::DepthPlanArgs plan;
+  plan.queries = q_dev.device_data();
+  plan.variances = var_dev.device_data();
+  plan.variance_period = variance_period;
+  plan.streams = streams;
+  plan.heads = heads;
+  plan.channels = d;
+  plan.budget = config_.budget;
+  plan.depths = depths.device_data();
+  Stream stream(backend_);
+  planner_.plan(plan, stream.native());
+
+  kf::PlaneScanArgs args = PlaneScan::args_for(store);
+  args.queries = q_dev.device_data();
+  args.depths = depths.device_data();
+  args.heads = heads;
+  args.keep = config_.keep();
+  args.sinks = config_.sinks;
+  args.recent = config_.recent;
+  const auto max_sel = static_cast<std::size_t>(args.max_selected());
+  auto selected = Buffer<std::int32_t>::device(max_sel * streams, backend_, "fathom selection");
+  auto counts = Buffer<std::int32_t>::device(static_cast<std::size_t>(streams), backend_,
+                                             "fathom selection counts");
+  args.selected = selected.device_data();
+  args.selected_count = counts.device_data();
+  scan_.run(args, config_.budget, stream.native());
+  stream.synchronize();
+
+  std::vector<std::int32_t> sel_host(max_sel * streams),
+      count_host(static_cast<std::size_t>(streams));
+  depths_host_.resize(static_cast<std::size_t>(streams) * d);
+  copy_bytes(sel_host.data(), selected.device_data(), selected.bytes(), backend_);
+  copy_bytes(count_host.data(), counts.device_data(), counts.bytes(), backend_);
+  copy_bytes(depths_host_.data(), depths.device_data(), depths.bytes(), backend_);
+  std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(streams));
+  for (std::int32_t s = 0; s < streams; ++s)
+    out[s].assign(sel_host.begin() + static_cast<std::ptrdiff_t>(s * max_sel),
+                  sel_host.begin() + static_cast<std::ptrdiff_t>(s * max_sel + count_host[s]));
+  return out;
+}
+
+void exact_scores(const float* queries, int heads, const std::uint16_t* keys, std::int64_t n, int d,
+                  float* out) {
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int h = 0; h < heads; ++h) {
+      float acc = 0.0f;
+      for (int j = 0; j < d; ++j)
+        acc = kf::fused_multiply_add(queries[h * d + j], bf16_to_float(keys[i * d + j]), acc);
+      out[h * n + i] = acc;
+    }
+}
+
+void attention_over(const float* queries, int heads, const std::uint16_t* keys,
+                    const std::uint16_t* values, std::int64_t n, int d,
+                    std::span<const std::int32_t> positions, float* out) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> logits;
+  std::vector<std::int64_t> rows;
+  if (positions.empty()) {
+    rows.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) rows[i] = i;
+  } else {
+    rows.assign(positions.begin(), positions.end());
+  }
+  logits.resize(rows.size());
+  for (int h = 0; h < heads; ++h) {
+    double mx = -1e300;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      double acc = 0;
+      for (int j = 0; j < d; ++j)
+        acc += queries[h * d + j] * static_cast<double>(bf16_to_float(keys[rows[r] * d + j]));
+      logits[r] = acc * scale;
+      mx = std::max(mx, logits[r]);
+    }
+    double denom = 0;
+    for (auto& l : logits) denom += (l = std::exp(l - mx));
+    for (int j = 0; j < d; ++j) {
+      double acc = 0;
+      for (std::size_t r = 0; r < rows.size(); ++r)
+        acc += logits[r] * bf16_to_float(values[rows[r] * d + j]);
+      out[h * d + j] = static_cast<float>(acc / denom);
+    }
+  }
+}
+
+}  // namespace hisparse::fathom

@@ -1,0 +1,58 @@
+// FathomSelector: the per-step entry point an engine calls per (request, layer, KV head) group:
+// plan depths from the queries, scan the planes, select sinks + recent + top (k - 36) per query
+// head, unioned over the GQA group. Then exact attention over the selected rows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "fathom/depth_planner.hpp"
+#include "fathom/plane_scan.hpp"
+#include "fathom/plane_store.hpp"
+
+namespace hisparse::fathom {
+
+struct SelectorConfig {
+  int top_k = 512;
+  int sinks = 4;
+  int recent = 32;
+  int budget = 48;  ///< plane bits per token per KV head
+  [[nodiscard]] int keep() const noexcept { return top_k - sinks - recent; }
+};
+
+class FathomSelector {
+ public:
+  FathomSelector(Backend backend, SelectorConfig config);
+
+  /// Selects for every stream of `store`. `queries` [streams][heads][head_dim] and `variances`
+  /// [variance_period][head_dim] are host memory. Returns per stream the ascending positions.
+  [[nodiscard]] std::vector<std::vector<std::int32_t>> select(const PlaneStore& store,
+                                                              const float* queries, int heads,
+                                                              const float* variances,
+                                                              int variance_period);
+  /// Depths of the last select() ([streams][head_dim]).
+  [[nodiscard]] const std::vector<std::uint8_t>& last_depths() const noexcept {
+    return depths_host_;
+  }
+  [[nodiscard]] const SelectorConfig& config() const noexcept { return config_; }
+
+ private:
+  Backend backend_;
+  SelectorConfig config_;
+  DepthPlanner planner_;
+  PlaneScan scan_;
+  std::vector<std::uint8_t> depths_host_;
+};
+
+/// Exact scores q_h . k_i of bf16 keys [n][d] for queries [heads][d]: out[h * n + i].
+void exact_scores(const float* queries, int heads, const std::uint16_t* keys, std::int64_t n, int d,
+                  float* out);
+
+/// Softmax attention with scale 1/sqrt(d) of every head over the rows at `positions` (all rows
+/// when empty) of bf16 keys/values [n][d]: out [heads][d].
+void attention_over(const float* queries, int heads, const std::uint16_t* keys,
+                    const std::uint16_t* values, std::int64_t n, int d,
+                    std::span<const std::int32_t> positions, float* out);
+
+}  // namespace hisparse::fathom

@@ -1,0 +1,666 @@
+#include "model/decode_engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/rng.hpp"
+#include "kernels/attention/decode_attention.hpp"
+#include "kernels/attention/rope.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/rmsnorm.hpp"
+#include "kernels/gemm/swiglu.hpp"
+#include "kernels/indexer/indexer.hpp"
+#include "kernels/topk/topk.hpp"
+#include "model/capacity_model.hpp"
+#include "model/kv_workload.hpp"
+#include "model/weights.hpp"
+#include "trace/nvtx.hpp"
+
+namespace hisparse {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::size_t;
+
+// Share of the model's own query mixed into the workload query (by RMS): the workload gives
+// the selection its structure (channel spread, sinks, drift), the model makes the output depend
+// on the weights and the tokens.
+constexpr float kModelQueryShare = 0.25f;
+
+[[nodiscard]] size_t zu(std::int64_t v) {
+  return static_cast<size_t>(v);
+}
+
+// Adds the model's query to the workload's, scaled to kModelQueryShare of its RMS.
+void blend_query(float* workload_q, const float* model_q, int n) {
+  double wl = 0, md = 0;
+  for (int i = 0; i < n; ++i) {
+    wl += static_cast<double>(workload_q[i]) * workload_q[i];
+    md += static_cast<double>(model_q[i]) * model_q[i];
+  }
+  if (md <= 0) return;
+  const auto gain = static_cast<float>(kModelQueryShare * std::sqrt(wl / md));
+  for (int i = 0; i < n; ++i) workload_q[i] += gain * model_q[i];
+}
+
+void linear(const float* x, const float* w, float* y, int m, int n, int k, float beta = 0.0f,
+            int ldy = 0, float alpha = 1.0f) {
+  kernels::GemmArgs a;
+  a.x = x;
+  a.w = w;
+  a.y = y;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.beta = beta;
+  a.ldy = ldy;
+  a.alpha = alpha;
+  kernels::gemm_ref(a);
+}
+
+void rmsnorm(const float* x, const float* weight, float* y, int rows, int n, float eps,
+             int ld = 0) {
+  kernels::RmsNormArgs a;
+  a.x = x;
+  a.weight = weight;
+  a.y = y;
+  a.rows = rows;
+  a.n = n;
+  a.eps = eps;
+  a.ldx = ld;
+  a.ldy = ld;
+  kernels::rmsnorm_ref(a);
+}
+
+// Times a phase into StepStats::phase_ms.
+class PhaseTimer {
+ public:
+  PhaseTimer(StepStats& stats, const char* name)
+      : stats_(stats), name_(name), start_(Clock::now()) {}
+  ~PhaseTimer() {
+    stats_.phase_ms[name_] +=
+        std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  StepStats& stats_;
+  const char* name_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+// Throws Error for a configuration the CPU engine cannot run. A top_k at or above the sequence
+// length is allowed: every token is then selected and sparse-gpu computes exactly what dense does.
+void validate_config(const ModelSpec& model, const EngineConfig& c);
+
+class DecodeEngine::Impl {
+ public:
+  Impl(const ModelSpec& model, const EngineConfig& config);
+  StepStats step();
+
+  ModelSpec model_;
+  EngineConfig config_;
+  std::int64_t seq_len_ = 0;
+  std::size_t gpu_bytes_per_request_ = 0;
+
+ private:
+  void validate() const;
+  void fill_context();
+  void ensure_capacity(std::int64_t rows);
+  void attention_gqa(int layer, const float* h, float* x, StepStats& stats);
+  void attention_mla(int layer, const float* h, float* x, StepStats& stats);
+  void select_dsa(int layer, const float* h, const float* q_a, StepStats& stats);
+  void ffn(int layer, const float* h, float* x);
+  [[nodiscard]] const float* w(int layer, const char* suffix) const {
+    return weights_.get(fmt::format("model.layers.{}.{}", layer, suffix));
+  }
+  [[nodiscard]] int indexer_layer(int layer) const {
+    return layer - layer % model_.indexer.every_n_layers;
+  }
+
+  ModelWeights weights_;
+  KvWorkload workload_;
+  int batch_ = 0;
+  int top_k_ = 0;
+  bool sparse_ = false;
+  std::int64_t capacity_ = 0;  ///< rows per (request, KV head) allocated
+  std::int64_t step_ = 0;
+  int kv_heads_ = 0, key_dim_ = 0, value_dim_ = 0;
+  std::vector<Buffer<float>> k_cache_, v_cache_;  ///< per layer [batch][kv_heads][capacity][dim]
+  std::vector<Buffer<std::uint8_t>> index_keys_;  ///< per layer [batch][capacity][index_dim]
+  std::vector<Buffer<float>> index_scales_;       ///< per layer [batch][capacity]
+  std::vector<std::int32_t> tokens_;
+  std::vector<std::int32_t> indices_;  ///< last selection [batch][groups][top_k]
+};
+
+DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
+    : model_(model),
+      config_(config),
+      weights_((validate_config(model, config), model)),
+      workload_(model, config.workload, config.concurrency, config.context_length) {
+  batch_ = config.concurrency;
+  sparse_ = config.mode == Mode::sparse_gpu;
+  top_k_ = config.top_k > 0 ? config.top_k : (model.has_indexer() ? model.indexer.top_k : 2048);
+  kv_heads_ = workload_.kv_heads();
+  key_dim_ = workload_.key_dim();
+  value_dim_ = workload_.value_dim();
+  CapacityQuery q;
+  q.context_length = config.context_length;
+  q.top_k = top_k_;
+  q.hot_buffer = config.hot_buffer;
+  q.budget_bits = config.budget_bits;
+  gpu_bytes_per_request_ = CapacityModel(model).footprint(config.mode, q).gpu_bytes;
+  seq_len_ = config.context_length;
+  tokens_.resize(zu(batch_));
+  for (int b = 0; b < batch_; ++b)
+    tokens_[zu(b)] = static_cast<std::int32_t>(
+        random_bits(config.workload.seed ^ 0x70c0ull, static_cast<std::uint64_t>(b)) %
+        static_cast<std::uint64_t>(model.vocab));
+  fill_context();
+}
+
+void DecodeEngine::Impl::fill_context() {
+  HISPARSE_FUNC_RANGE();
+  ensure_capacity(seq_len_ + 16);
+  const int ix_dim = workload_.index_dim();
+  for (int l = 0; l < model_.layers; ++l) {
+    for (int b = 0; b < batch_; ++b) {
+      for (int g = 0; g < kv_heads_; ++g) {
+        const std::int64_t base = (static_cast<std::int64_t>(b) * kv_heads_ + g) * capacity_;
+        workload_.keys(b, l, g, 0, seq_len_, k_cache_[zu(l)].host_data() + zu(base) * zu(key_dim_));
+        if (!model_.is_mla())
+          workload_.values(b, l, g, 0, seq_len_,
+                           v_cache_[zu(l)].host_data() + zu(base) * zu(value_dim_));
+      }
+      if (ix_dim > 0 && indexer_layer(l) == l) {
+        std::vector<float> keys(zu(seq_len_) * zu(ix_dim));
+        workload_.index_keys(b, l, 0, seq_len_, keys.data());
+        for (std::int64_t t = 0; t < seq_len_; ++t) {
+          const std::int64_t row = static_cast<std::int64_t>(b) * capacity_ + t;
+          kernels::quantize_index_key(keys.data() + zu(t) * zu(ix_dim), ix_dim,
+                                      index_keys_[zu(l)].host_data() + zu(row) * zu(ix_dim),
+                                      index_scales_[zu(l)].host_data() + zu(row));
+        }
+      }
+    }
+  }
+}
+
+// Grows every per-layer cache to hold `rows` tokens per (request, KV head), keeping contents.
+void DecodeEngine::Impl::ensure_capacity(std::int64_t rows) {
+  if (rows <= capacity_) return;
+  const std::int64_t cap = std::max(rows, capacity_ + capacity_ / 4 + 64);
+  const int ix_dim = workload_.index_dim();
+  const bool own_v = !model_.is_mla();
+  auto regrow = [&](auto& buf, size_t groups, size_t width, const char* label) {
+    using T = std::remove_pointer_t<decltype(buf.host_data())>;
+    auto next = Buffer<T>::device(groups * zu(cap) * width, Backend::cpu, label);
+    std::fill(next.host_data(), next.host_data() + next.size(), T{});
+    if (buf.size() > 0)
+      for (size_t g = 0; g < groups; ++g)
+        std::memcpy(next.host_data() + g * zu(cap) * width,
+                    buf.host_data() + g * zu(capacity_) * width, zu(capacity_) * width * sizeof(T));
+    buf = std::move(next);
+  };
+  k_cache_.resize(zu(model_.layers));
+  v_cache_.resize(zu(model_.layers));
+  index_keys_.resize(zu(model_.layers));
+  index_scales_.resize(zu(model_.layers));
+  const size_t groups = zu(batch_) * zu(kv_heads_);
+  for (int l = 0; l < model_.layers; ++l) {
+    regrow(k_cache_[zu(l)], groups, zu(key_dim_), "KV cache (keys)");
+    if (own_v) regrow(v_cache_[zu(l)], groups, zu(value_dim_), "KV cache (values)");
+    if (ix_dim > 0 && indexer_layer(l) == l) {
+      regrow(index_keys_[zu(l)], zu(batch_), zu(ix_dim), "index keys");
+      regrow(index_scales_[zu(l)], zu(batch_), 1, "index key scales");
+    }
+  }
+  capacity_ = cap;
+}
+
+StepStats DecodeEngine::Impl::step() {
+  HISPARSE_RANGE("step", Phase::step);
+  StepStats stats;
+  for (const char* p : {"embed", "indexer", "topk", "attention", "ffn", "lm_head", "append"})
+    stats.phase_ms[p] = 0.0;
+  const auto start = Clock::now();
+  ensure_capacity(seq_len_ + 1);
+  const int H = model_.hidden;
+  std::vector<float> x(zu(batch_) * zu(H)), h(x.size());
+  {
+    HISPARSE_RANGE("embed", Phase::embed);
+    PhaseTimer t(stats, "embed");
+    const float* emb = weights_.get("model.embed_tokens.weight");
+    for (int b = 0; b < batch_; ++b)
+      std::copy_n(emb + zu(tokens_[zu(b)]) * zu(H), H, x.data() + zu(b) * zu(H));
+  }
+  for (int l = 0; l < model_.layers; ++l) {
+    HISPARSE_RANGE_PAYLOAD("layer", Phase::layer, l);
+    {
+      PhaseTimer t(stats, "attention");
+      rmsnorm(x.data(), w(l, "input_layernorm.weight"), h.data(), batch_, H, model_.norm_eps);
+    }
+    if (model_.is_mla()) {
+      attention_mla(l, h.data(), x.data(), stats);
+    } else {
+      attention_gqa(l, h.data(), x.data(), stats);
+    }
+    HISPARSE_RANGE("ffn", Phase::ffn);
+    PhaseTimer t(stats, "ffn");
+    rmsnorm(x.data(), w(l, "post_attention_layernorm.weight"), h.data(), batch_, H,
+            model_.norm_eps);
+    ffn(l, h.data(), x.data());
+  }
+  {
+    HISPARSE_RANGE("lm_head", Phase::lm_head);
+    PhaseTimer t(stats, "lm_head");
+    rmsnorm(x.data(), weights_.get("model.norm.weight"), h.data(), batch_, H, model_.norm_eps);
+    std::vector<float> logits(zu(batch_) * zu(model_.vocab));
+    linear(h.data(), weights_.get("lm_head.weight"), logits.data(), batch_, model_.vocab, H);
+    stats.next_tokens.resize(zu(batch_));
+    for (int b = 0; b < batch_; ++b) {
+      const float* row = logits.data() + zu(b) * zu(model_.vocab);
+      // Greedy; ties go to the lower token id.
+      stats.next_tokens[zu(b)] =
+          static_cast<std::int32_t>(std::max_element(row, row + model_.vocab) - row);
+    }
+  }
+  tokens_ = stats.next_tokens;
+  ++seq_len_;
+  ++step_;
+  stats.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return stats;
+}
+
+void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStats& stats) {
+  const GqaShape& s = model_.gqa;
+  const int H = model_.hidden, hd = s.head_dim, qh = s.q_heads, kvh = s.kv_heads;
+  const std::int64_t pos = seq_len_;  // the new token's position
+  std::vector<float> q(zu(batch_) * zu(qh) * zu(hd)), k(zu(batch_) * zu(kvh) * zu(hd)), v(k.size());
+  {
+    HISPARSE_RANGE("qkv", Phase::gemm);
+    PhaseTimer t(stats, "attention");
+    linear(h, w(l, "self_attn.q_proj.weight"), q.data(), batch_, qh * hd, H);
+    linear(h, w(l, "self_attn.k_proj.weight"), k.data(), batch_, kvh * hd, H);
+    linear(h, w(l, "self_attn.v_proj.weight"), v.data(), batch_, kvh * hd, H);
+    if (s.qk_norm) {
+      rmsnorm(q.data(), w(l, "self_attn.q_norm.weight"), q.data(), batch_ * qh, hd,
+              model_.norm_eps);
+      rmsnorm(k.data(), w(l, "self_attn.k_norm.weight"), k.data(), batch_ * kvh, hd,
+              model_.norm_eps);
+    }
+    const std::vector<std::int64_t> positions(zu(batch_), pos);
+    kernels::RopeArgs r;
+    r.x = q.data();
+    r.positions = positions.data();
+    r.rows = batch_;
+    r.heads = qh;
+    r.head_stride = hd;
+    r.dim = hd;
+    r.theta = model_.rope_theta;
+    kernels::rope_ref(r);
+    r.x = k.data();
+    r.heads = kvh;
+    kernels::rope_ref(r);
+    // The attention query: the workload's, with the model's mixed in.
+    std::vector<float> wl(zu(qh) * zu(hd));
+    for (int b = 0; b < batch_; ++b) {
+      workload_.queries(b, l, step_, wl.data());
+      for (int hh = 0; hh < qh; ++hh) {
+        float* qb = q.data() + (zu(b) * zu(qh) + zu(hh)) * zu(hd);
+        blend_query(wl.data() + zu(hh) * zu(hd), qb, hd);
+        std::copy_n(wl.data() + zu(hh) * zu(hd), hd, qb);
+      }
+    }
+  }
+  {
+    HISPARSE_RANGE("append", Phase::append);
+    PhaseTimer t(stats, "append");
+    for (int b = 0; b < batch_; ++b)
+      for (int g = 0; g < kvh; ++g) {
+        const size_t row = (zu(b) * zu(kvh) + zu(g)) * zu(capacity_) + zu(pos);
+        std::copy_n(k.data() + (zu(b) * zu(kvh) + zu(g)) * zu(hd), hd,
+                    k_cache_[zu(l)].host_data() + row * zu(hd));
+        std::copy_n(v.data() + (zu(b) * zu(kvh) + zu(g)) * zu(hd), hd,
+                    v_cache_[zu(l)].host_data() + row * zu(hd));
+      }
+  }
+  const std::vector<std::int64_t> lens(zu(batch_), pos + 1);
+  kernels::DecodeAttentionArgs a;
+  a.q = q.data();
+  a.k = k_cache_[zu(l)].host_data();
+  a.v = v_cache_[zu(l)].host_data();
+  a.seq_lens = lens.data();
+  a.batch = batch_;
+  a.q_heads = qh;
+  a.kv_heads = kvh;
+  a.qk_dim = hd;
+  a.v_dim = hd;
+  a.capacity = capacity_;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (sparse_) {
+    // The baseline's exact top-k: attention mass of each token summed over the KV head's group.
+    std::vector<float> mass(zu(batch_) * zu(kvh) * zu(capacity_));
+    {
+      HISPARSE_RANGE("exact_scores", Phase::indexer);
+      PhaseTimer t(stats, "indexer");
+      kernels::GroupAttentionMassArgs m;
+      m.q = q.data();
+      m.k = a.k;
+      m.seq_lens = lens.data();
+      m.mass = mass.data();
+      m.batch = batch_;
+      m.q_heads = qh;
+      m.kv_heads = kvh;
+      m.qk_dim = hd;
+      m.capacity = capacity_;
+      m.scale = a.scale;
+      kernels::group_attention_mass_ref(m);
+    }
+    HISPARSE_RANGE("topk", Phase::topk);
+    PhaseTimer t(stats, "topk");
+    std::vector<std::int64_t> group_lens(zu(batch_) * zu(kvh), pos + 1);
+    indices_.assign(zu(batch_) * zu(kvh) * zu(top_k_), -1);
+    kernels::TopkArgs tk;
+    tk.scores = mass.data();
+    tk.lengths = group_lens.data();
+    tk.out = indices_.data();
+    tk.rows = batch_ * kvh;
+    tk.stride = capacity_;
+    tk.k = top_k_;
+    kernels::topk_ref(tk);
+    a.indices = indices_.data();
+    a.top_k = top_k_;
+    a.index_groups = kvh;
+  }
+  HISPARSE_RANGE("attention", Phase::attention);
+  PhaseTimer t(stats, "attention");
+  std::vector<float> out(q.size());
+  a.out = out.data();
+  kernels::decode_attention_ref(a);
+  linear(out.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, qh * hd, 1.0f);
+}
+
+void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStats& stats) {
+  const MlaShape& s = model_.mla;
+  const int H = model_.hidden, heads = s.heads, nope = s.qk_nope_head_dim,
+            rope = s.qk_rope_head_dim;
+  const int lora = s.kv_lora_rank, vd = s.v_head_dim, qk = nope + rope, row = lora + rope;
+  const std::int64_t pos = seq_len_;
+  const std::vector<std::int64_t> positions(zu(batch_), pos);
+  std::vector<float> q_a(zu(batch_) * zu(s.q_lora_rank)), q(zu(batch_) * zu(heads) * zu(qk));
+  std::vector<float> kv(zu(batch_) * zu(row)), q_abs(zu(batch_) * zu(heads) * zu(row));
+  const float* kv_b = w(l, "self_attn.kv_b_proj.weight");  // [heads * (nope + v), lora]
+  {
+    HISPARSE_RANGE("q_kv", Phase::gemm);
+    PhaseTimer t(stats, "attention");
+    linear(h, w(l, "self_attn.q_a_proj.weight"), q_a.data(), batch_, s.q_lora_rank, H);
+    rmsnorm(q_a.data(), w(l, "self_attn.q_a_layernorm.weight"), q_a.data(), batch_, s.q_lora_rank,
+            model_.norm_eps);
+    linear(q_a.data(), w(l, "self_attn.q_b_proj.weight"), q.data(), batch_, heads * qk,
+           s.q_lora_rank);
+    linear(h, w(l, "self_attn.kv_a_proj_with_mqa.weight"), kv.data(), batch_, row, H);
+    rmsnorm(kv.data(), w(l, "self_attn.kv_a_layernorm.weight"), kv.data(), batch_, lora,
+            model_.norm_eps, row);
+    kernels::RopeArgs r;
+    r.x = q.data();
+    r.positions = positions.data();
+    r.rows = batch_;
+    r.heads = heads;
+    r.head_stride = qk;
+    r.offset = nope;
+    r.dim = rope;
+    r.theta = model_.rope_theta;
+    kernels::rope_ref(r);
+    r.x = kv.data();
+    r.heads = 1;
+    r.head_stride = row;
+    r.offset = lora;
+    kernels::rope_ref(r);
+    // Absorb W_uk into the query: q_lat = W_uk[h]^T q_nope, then [q_lat | q_rope].
+    std::vector<float> model_q(zu(row)), wl(zu(heads) * zu(row));
+    for (int b = 0; b < batch_; ++b) {
+      workload_.queries(b, l, step_, wl.data());
+      for (int hh = 0; hh < heads; ++hh) {
+        const float* qn = q.data() + (zu(b) * zu(heads) + zu(hh)) * zu(qk);
+        std::fill(model_q.begin(), model_q.end(), 0.0f);
+        for (int n = 0; n < nope; ++n) {
+          const float* uk = kv_b + (zu(hh) * zu(nope + vd) + zu(n)) * zu(lora);
+          for (int c = 0; c < lora; ++c) model_q[zu(c)] += qn[n] * uk[c];
+        }
+        std::copy_n(qn + nope, rope, model_q.data() + lora);
+        float* target = q_abs.data() + (zu(b) * zu(heads) + zu(hh)) * zu(row);
+        std::copy_n(wl.data() + zu(hh) * zu(row), row, target);
+        blend_query(target, model_q.data(), row);
+      }
+    }
+  }
+  {
+    HISPARSE_RANGE("append", Phase::append);
+    PhaseTimer t(stats, "append");
+    for (int b = 0; b < batch_; ++b)
+      std::copy_n(kv.data() + zu(b) * zu(row), row,
+                  k_cache_[zu(l)].host_data() + (zu(b) * zu(capacity_) + zu(pos)) * zu(row));
+  }
+  if (model_.has_indexer() && indexer_layer(l) == l) select_dsa(l, h, q_a.data(), stats);
+  const std::vector<std::int64_t> lens(zu(batch_), pos + 1);
+  HISPARSE_RANGE("attention", Phase::attention);
+  PhaseTimer t(stats, "attention");
+  std::vector<float> lat(zu(batch_) * zu(heads) * zu(lora));
+  kernels::DecodeAttentionArgs a;
+  a.q = q_abs.data();
+  a.k = k_cache_[zu(l)].host_data();
+  a.v = a.k;
+  a.seq_lens = lens.data();
+  a.out = lat.data();
+  a.batch = batch_;
+  a.q_heads = heads;
+  a.kv_heads = 1;
+  a.qk_dim = row;
+  a.v_dim = lora;
+  a.capacity = capacity_;
+  a.k_row_stride = row;
+  a.v_row_stride = row;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+  if (sparse_ && model_.has_indexer()) {
+    a.indices = indices_.data();
+    a.top_k = top_k_;
+    a.index_groups = 1;
+  } else if (sparse_) {
+    throw Error(fmt::format("model {}", model_.name),
+                "sparse-gpu on an MLA model needs a DSA indexer",
+                "add `indexer:` to the model or use mode dense");
+  }
+  kernels::decode_attention_ref(a);
+  // Up-project the attended latent per head (W_uv) and apply o_proj.
+  std::vector<float> o(zu(batch_) * zu(heads) * zu(vd));
+  for (int b = 0; b < batch_; ++b)
+    for (int hh = 0; hh < heads; ++hh)
+      linear(lat.data() + (zu(b) * zu(heads) + zu(hh)) * zu(lora),
+             kv_b + (zu(hh) * zu(nope + vd) + zu(nope)) * zu(lora),
+             o.data() + (zu(b) * zu(heads) + zu(hh)) * zu(vd), 1, vd, lora);
+  linear(o.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, heads * vd, 1.0f);
+}
+
+// DSA: append the new index key, then (sparse-gpu) score every token and take the top-k.
+void DecodeEngine::Impl::select_dsa(int l, const float* h, const float* q_a, StepStats& stats) {
+  const IndexerShape& ix = model_.indexer;
+  const int H = model_.hidden;
+  const std::int64_t pos = seq_len_;
+  std::vector<float> q(zu(batch_) * zu(ix.heads) * zu(ix.head_dim)),
+      k(zu(batch_) * zu(ix.head_dim));
+  std::vector<float> wts(zu(batch_) * zu(ix.heads));
+  {
+    HISPARSE_RANGE("indexer_proj", Phase::indexer);
+    PhaseTimer t(stats, "indexer");
+    linear(h, w(l, "self_attn.indexer.wk.weight"), k.data(), batch_, ix.head_dim, H);
+    rmsnorm(k.data(), w(l, "self_attn.indexer.k_norm.weight"), k.data(), batch_, ix.head_dim,
+            model_.norm_eps);
+    const float* bias = w(l, "self_attn.indexer.k_norm.bias");
+    for (int b = 0; b < batch_; ++b)
+      for (int c = 0; c < ix.head_dim; ++c) k[zu(b) * zu(ix.head_dim) + zu(c)] += bias[c];
+  }
+  {
+    HISPARSE_RANGE("append", Phase::append);
+    PhaseTimer t(stats, "append");
+    for (int b = 0; b < batch_; ++b) {
+      const size_t r = zu(b) * zu(capacity_) + zu(pos);
+      kernels::quantize_index_key(k.data() + zu(b) * zu(ix.head_dim), ix.head_dim,
+                                  index_keys_[zu(l)].host_data() + r * zu(ix.head_dim),
+                                  index_scales_[zu(l)].host_data() + r);
+    }
+  }
+  if (!sparse_) return;
+  std::vector<float> scores(zu(batch_) * zu(capacity_));
+  const std::vector<std::int64_t> lens(zu(batch_), pos + 1);
+  {
+    HISPARSE_RANGE("indexer", Phase::indexer);
+    PhaseTimer t(stats, "indexer");
+    linear(q_a, w(l, "self_attn.indexer.wq_b.weight"), q.data(), batch_, ix.heads * ix.head_dim,
+           model_.mla.q_lora_rank);
+    linear(h, w(l, "self_attn.indexer.weights_proj.weight"), wts.data(), batch_, ix.heads, H);
+    std::vector<float> wl(zu(ix.heads) * zu(ix.head_dim));
+    for (int b = 0; b < batch_; ++b) {
+      workload_.index_queries(b, l, step_, wl.data());
+      for (int hh = 0; hh < ix.heads; ++hh) {
+        float* qb = q.data() + (zu(b) * zu(ix.heads) + zu(hh)) * zu(ix.head_dim);
+        blend_query(wl.data() + zu(hh) * zu(ix.head_dim), qb, ix.head_dim);
+        std::copy_n(wl.data() + zu(hh) * zu(ix.head_dim), ix.head_dim, qb);
+        // Positive head weights around 1 / heads, modulated by the model.
+        float& wt = wts[zu(b) * zu(ix.heads) + zu(hh)];
+        wt = (1.0f + kModelQueryShare * std::tanh(wt)) / static_cast<float>(ix.heads);
+      }
+    }
+    kernels::IndexerArgs a;
+    a.q = q.data();
+    a.weights = wts.data();
+    a.keys = index_keys_[zu(l)].host_data();
+    a.key_scales = index_scales_[zu(l)].host_data();
+    a.seq_lens = lens.data();
+    a.scores = scores.data();
+    a.batch = batch_;
+    a.heads = ix.heads;
+    a.dim = ix.head_dim;
+    a.capacity = capacity_;
+    kernels::indexer_ref(a);
+  }
+  HISPARSE_RANGE("topk", Phase::topk);
+  PhaseTimer t(stats, "topk");
+  indices_.assign(zu(batch_) * zu(top_k_), -1);
+  kernels::TopkArgs tk;
+  tk.scores = scores.data();
+  tk.lengths = lens.data();
+  tk.out = indices_.data();
+  tk.rows = batch_;
+  tk.stride = capacity_;
+  tk.k = top_k_;
+  kernels::topk_ref(tk);
+}
+
+void DecodeEngine::Impl::ffn(int l, const float* h, float* x) {
+  const int H = model_.hidden;
+  auto swiglu = [&](const float* in, int rows, const std::string& prefix, int width) {
+    std::vector<float> gate_up(zu(rows) * 2 * zu(width)), act(zu(rows) * zu(width));
+    linear(in, w(l, (prefix + "gate_proj.weight").c_str()), gate_up.data(), rows, width, H, 0.0f,
+           2 * width);
+    linear(in, w(l, (prefix + "up_proj.weight").c_str()), gate_up.data() + width, rows, width, H,
+           0.0f, 2 * width);
+    kernels::SwigluArgs s;
+    s.gate_up = gate_up.data();
+    s.out = act.data();
+    s.rows = rows;
+    s.width = width;
+    kernels::swiglu_ref(s);
+    return act;
+  };
+  if (model_.ffn.kind == FfnKind::dense || l < model_.ffn.first_dense_layers) {
+    const auto act = swiglu(h, batch_, "mlp.", model_.ffn.dense_width);
+    linear(act.data(), w(l, "mlp.down_proj.weight"), x, batch_, H, model_.ffn.dense_width, 1.0f);
+    return;
+  }
+  const FfnShape& f = model_.ffn;
+  // Router over this rank's experts (rows 0 .. experts_held-1 of the gate).
+  std::vector<float> logits(zu(batch_) * zu(f.experts_held));
+  linear(h, w(l, "mlp.gate.weight"), logits.data(), batch_, f.experts_held, H);
+  for (int b = 0; b < batch_; ++b) {
+    const float* lg = logits.data() + zu(b) * zu(f.experts_held);
+    std::vector<int> order(zu(f.experts_held));
+    for (int e = 0; e < f.experts_held; ++e) order[zu(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return lg[a] > lg[c]; });
+    order.resize(zu(f.active_experts));
+    float mx = -INFINITY, denom = 0.0f;
+    for (int e : order) mx = std::max(mx, lg[e]);
+    for (int e : order) denom += std::exp(lg[e] - mx);
+    const float* hb = h + zu(b) * zu(H);
+    for (int e : order) {
+      const std::string prefix = fmt::format("mlp.experts.{}.", e);
+      const auto act = swiglu(hb, 1, prefix, f.expert_width);
+      linear(act.data(), w(l, (prefix + "down_proj.weight").c_str()), x + zu(b) * zu(H), 1, H,
+             f.expert_width, 1.0f, 0, std::exp(lg[e] - mx) / denom);
+    }
+  }
+  if (f.shared_experts > 0) {
+    const int width = f.shared_experts * f.expert_width;
+    const auto act = swiglu(h, batch_, "mlp.shared_experts.", width);
+    linear(act.data(), w(l, "mlp.shared_experts.down_proj.weight"), x, batch_, H, width, 1.0f);
+  }
+}
+
+void validate_config(const ModelSpec& model, const EngineConfig& c) {
+  if (c.backend == Backend::cuda)
+    throw Error("--backend cuda", "CUDA decode engine not yet implemented", "use --backend cpu");
+  if (c.mode != Mode::dense && c.mode != Mode::sparse_gpu)
+    throw Error(fmt::format("mode {}", name_of(c.mode)),
+                "the CPU decode engine runs modes dense and sparse-gpu only so far",
+                "use mode dense or sparse-gpu");
+  std::string why;
+  if (!mode_supported(model, c.mode, &why))
+    throw Error(fmt::format("mode {}", name_of(c.mode)), why, "pick a mode the model supports");
+  if (c.mode == Mode::sparse_gpu && model.is_mla() && !model.has_indexer())
+    throw Error(fmt::format("mode {}", name_of(c.mode)),
+                fmt::format("model {} uses MLA without a DSA indexer, so nothing selects its top-k",
+                            model.name),
+                "add `indexer:` to the model or use mode dense");
+  if (c.concurrency < 1)
+    throw Error("concurrency", fmt::format("must be at least 1, got {}", c.concurrency),
+                "run one or more requests");
+  if (c.context_length < 1)
+    throw Error("context_length", fmt::format("must be at least 1, got {}", c.context_length),
+                "give the tokens already cached per request, e.g. 2048");
+  if (c.top_k < 0)
+    throw Error("top_k", fmt::format("must not be negative, got {}", c.top_k),
+                "use 0 for the model's default or a positive count");
+}
+
+DecodeEngine::DecodeEngine(const ModelSpec& model, const EngineConfig& config)
+    : impl_(std::make_unique<Impl>(model, config)) {}
+DecodeEngine::~DecodeEngine() = default;
+
+StepStats DecodeEngine::step() {
+  HISPARSE_FUNC_RANGE();
+  return impl_->step();
+}
+
+const EngineConfig& DecodeEngine::config() const noexcept {
+  return impl_->config_;
+}
+const ModelSpec& DecodeEngine::model() const noexcept {
+  return impl_->model_;
+}
+std::size_t DecodeEngine::gpu_bytes_per_request() const noexcept {
+  return impl_->gpu_bytes_per_request_;
+}
+std::int64_t DecodeEngine::sequence_length() const noexcept {
+  return impl_->seq_len_;
+}
+
+}  // namespace hisparse

@@ -1,0 +1,158 @@
+#include "model/weights.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/device.hpp"
+#include "core/dtypes.hpp"
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/rng.hpp"
+#include "model/safetensors.hpp"
+#include "trace/nvtx.hpp"
+
+namespace hisparse {
+namespace {
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+}  // namespace
+
+std::int64_t TensorSpec::elements() const noexcept {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::vector<TensorSpec> expected_tensors(const ModelSpec& m) {
+  using I = TensorSpec::Init;
+  std::vector<TensorSpec> t;
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, I init = I::linear) {
+    t.push_back({std::move(name), std::move(shape), init});
+  };
+  const std::int64_t H = m.hidden;
+  add("model.embed_tokens.weight", {m.vocab, H});
+  for (int i = 0; i < m.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    add(p + "input_layernorm.weight", {H}, I::ones);
+    add(p + "post_attention_layernorm.weight", {H}, I::ones);
+    const std::string a = p + "self_attn.";
+    if (m.is_mla()) {
+      const MlaShape& s = m.mla;
+      add(a + "q_a_proj.weight", {s.q_lora_rank, H});
+      add(a + "q_a_layernorm.weight", {s.q_lora_rank}, I::ones);
+      add(a + "q_b_proj.weight",
+          {static_cast<std::int64_t>(s.heads) * (s.qk_nope_head_dim + s.qk_rope_head_dim),
+           s.q_lora_rank});
+      add(a + "kv_a_proj_with_mqa.weight", {s.kv_lora_rank + s.qk_rope_head_dim, H});
+      add(a + "kv_a_layernorm.weight", {s.kv_lora_rank}, I::ones);
+      add(a + "kv_b_proj.weight",
+          {static_cast<std::int64_t>(s.heads) * (s.qk_nope_head_dim + s.v_head_dim),
+           s.kv_lora_rank});
+      add(a + "o_proj.weight", {H, static_cast<std::int64_t>(s.heads) * s.v_head_dim});
+      if (m.has_indexer() && i % m.indexer.every_n_layers == 0) {
+        const IndexerShape& x = m.indexer;
+        add(a + "indexer.wq_b.weight",
+            {static_cast<std::int64_t>(x.heads) * x.head_dim, s.q_lora_rank});
+        add(a + "indexer.wk.weight", {x.head_dim, H});
+        add(a + "indexer.k_norm.weight", {x.head_dim}, I::ones);
+        add(a + "indexer.k_norm.bias", {x.head_dim}, I::zeros);
+        add(a + "indexer.weights_proj.weight", {x.heads, H});
+      }
+    } else {
+      const GqaShape& s = m.gqa;
+      add(a + "q_proj.weight", {static_cast<std::int64_t>(s.q_heads) * s.head_dim, H});
+      add(a + "k_proj.weight", {static_cast<std::int64_t>(s.kv_heads) * s.head_dim, H});
+      add(a + "v_proj.weight", {static_cast<std::int64_t>(s.kv_heads) * s.head_dim, H});
+      add(a + "o_proj.weight", {H, static_cast<std::int64_t>(s.q_heads) * s.head_dim});
+      if (s.qk_norm) {
+        add(a + "q_norm.weight", {s.head_dim}, I::ones);
+        add(a + "k_norm.weight", {s.head_dim}, I::ones);
+      }
+    }
+    const std::string f = p + "mlp.";
+    auto swiglu = [&](const std::string& prefix, std::int64_t width) {
+      add(prefix + "gate_proj.weight", {width, H});
+      add(prefix + "up_proj.weight", {width, H});
+      add(prefix + "down_proj.weight", {H, width});
+    };
+    if (m.ffn.kind == FfnKind::dense || i < m.ffn.first_dense_layers) {
+      swiglu(f, m.ffn.dense_width);
+    } else {
+      add(f + "gate.weight", {m.ffn.experts, H});
+      for (int e = 0; e < m.ffn.experts_held; ++e)
+        swiglu(fmt::format("{}experts.{}.", f, e), m.ffn.expert_width);
+      if (m.ffn.shared_experts > 0)
+        swiglu(f + "shared_experts.",
+               static_cast<std::int64_t>(m.ffn.shared_experts) * m.ffn.expert_width);
+    }
+  }
+  add("model.norm.weight", {H}, I::ones);
+  add("lm_head.weight", {m.vocab, H});
+  return t;
+}
+
+ModelWeights::ModelWeights(const ModelSpec& model) {
+  HISPARSE_FUNC_RANGE();
+  const auto specs = expected_tensors(model);
+  std::size_t total = 0;
+  for (const auto& s : specs) total += static_cast<std::size_t>(s.elements());
+  const std::size_t ram = Device::cpu().properties().total_memory;
+  if (ram > 0 && total * sizeof(float) > ram / 2)
+    throw Error(fmt::format("model {}", model.name),
+                fmt::format("its float weights need {} but this host has {} of memory",
+                            format_bytes(total * sizeof(float)), format_bytes(ram)),
+                "run this model on the CUDA backend, or use a tiny-* preset on the CPU backend");
+  for (const auto& s : specs) {
+    std::vector<float> v(static_cast<std::size_t>(s.elements()));
+    if (s.init == TensorSpec::Init::ones) {
+      std::fill(v.begin(), v.end(), 1.0f);
+    } else if (s.init == TensorSpec::Init::linear) {
+      const std::uint64_t seed = model.weight_seed ^ fnv1a(s.name);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.shape.back()));
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = bf16_to_float(float_to_bf16(random_normal(seed, i) * scale));
+    }
+    tensors_.emplace(s.name, std::move(v));
+  }
+  floats_ = total;
+  if (model.weights.empty()) return;
+
+  const SafetensorsIndex index = read_safetensors_index(model.weights);
+  std::map<std::string, const TensorSpec*> by_name;
+  for (const auto& s : specs) by_name.emplace(s.name, &s);
+  for (const auto& entry : index.tensors) {
+    const auto it = by_name.find(entry.name);
+    if (it == by_name.end()) {
+      ignored_.push_back(entry.name);
+      continue;
+    }
+    if (entry.shape != it->second->shape)
+      throw Error(fmt::format("{}: tensor {}", model.weights.string(), entry.name),
+                  fmt::format("shape {} does not match the model's {}", shape_text(entry.shape),
+                              shape_text(it->second->shape)),
+                  fmt::format("use weights made for {} ({}) or fix the model YAML {}", model.name,
+                              model.source.string(), "shapes"));
+    tensors_[entry.name] = read_safetensors_floats(index, entry);
+    loaded_.push_back(entry.name);
+  }
+}
+
+const float* ModelWeights::get(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    throw Error(fmt::format("weights: tensor {}", name), "the model has no such tensor",
+                "see expected_tensors() for the names");
+  return it->second.data();
+}
+
+}  // namespace hisparse

@@ -1,0 +1,669 @@
+#include "scenario/scenario.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "core/error.hpp"
+#include "model/capacity_model.hpp"
+#include "model/mode.hpp"
+#include "scenario/overrides.hpp"
+#include "trace/nvtx.hpp"
+
+namespace hisparse {
+namespace {
+
+constexpr int kMaxHotBuffer = 32768;
+const std::vector<std::string> kFormats{"json", "csv", "md"};
+const std::vector<std::string> kBackends{"auto", "cuda", "cpu"};
+const std::vector<std::string> kGenerators{"synthetic", "replay"};
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+bool is_fathom(Mode m) {
+  return m == Mode::fathom || m == Mode::hisparse_fathom;
+}
+bool is_hisparse(Mode m) {
+  return m == Mode::hisparse || m == Mode::hisparse_fathom;
+}
+
+/// Reads typed values from the document and names their place in every error.
+class Reader {
+ public:
+  Reader(std::string file, std::map<std::string, std::string> applied)
+      : file_(std::move(file)), applied_(std::move(applied)) {}
+
+  /// "file:line:column: key", or "--set k=v: key" when the key (or its section) was overridden.
+  [[nodiscard]] std::string where(const std::string& key, const YAML::Node& node) const {
+    YAML::Mark mark = YAML::Mark::null_mark();
+    try {
+      mark = node.Mark();
+      // An empty value has the position of whatever follows it: name the key instead.
+      if (node.IsNull() && key_marks_.count(key)) mark = key_marks_.at(key);
+    } catch (const YAML::Exception&) {
+      // A key that is not in the document has no position.
+    }
+    return where_mark(key, mark);
+  }
+  [[nodiscard]] std::string where_mark(const std::string& key, const YAML::Mark& m) const {
+    for (const auto& [path, arg] : applied_)
+      if (key == path || key.rfind(path + ".", 0) == 0) return "--set " + arg + ": " + key;
+    if (m.line >= 0) return fmt::format("{}:{}:{}: {}", file_, m.line + 1, m.column + 1, key);
+    return file_ + ": " + key;
+  }
+  [[nodiscard]] const std::string& file() const { return file_; }
+
+  [[nodiscard]] std::string scalar(const YAML::Node& n, const std::string& key,
+                                   const char* expected) const {
+    if (!n || n.IsNull())
+      throw Error(where(key, n), "missing value",
+                  fmt::format("write {} after '{}:'", expected, leaf(key)));
+    if (!n.IsScalar())
+      throw Error(
+          where(key, n),
+          fmt::format("expected {}, got a {}", expected, n.IsSequence() ? "list" : "mapping"),
+          "write a single value");
+    return n.Scalar();
+  }
+
+  [[nodiscard]] std::string text(const YAML::Node& n, const std::string& key) const {
+    return scalar(n, key, "a string");
+  }
+
+  [[nodiscard]] std::int64_t integer(const YAML::Node& n, const std::string& key, std::int64_t lo,
+                                     std::int64_t hi) const {
+    const std::string s = scalar(n, key, "an integer");
+    std::int64_t v = 0;
+    const char* first = s.data();
+    if (!s.empty() && s[0] == '+') ++first;
+    const auto [ptr, ec] = std::from_chars(first, s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range ||
+        (ec == std::errc{} && ptr == s.data() + s.size() && (v < lo || v > hi)))
+      throw Error(where(key, n), fmt::format("{} is out of range", s), range_fix(lo, hi));
+    if (ec != std::errc{} || ptr != s.data() + s.size())
+      throw Error(where(key, n), fmt::format("expected an integer, got '{}'", s),
+                  "write a whole number such as " + std::to_string(std::max<std::int64_t>(lo, 1)));
+    return v;
+  }
+
+  [[nodiscard]] double real(const YAML::Node& n, const std::string& key, double lo,
+                            double hi) const {
+    const std::string s = scalar(n, key, "a number");
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || v != v)
+      throw Error(where(key, n), fmt::format("expected a number, got '{}'", s),
+                  "write a number such as 0.5");
+    if (v < lo || v > hi)
+      throw Error(where(key, n), fmt::format("{} is out of range", s),
+                  fmt::format("use a value from {} to {}", lo, hi));
+    return v;
+  }
+
+  [[nodiscard]] bool boolean(const YAML::Node& n, const std::string& key) const {
+    const std::string s = scalar(n, key, "true or false");
+    bool v = false;
+    if (!YAML::convert<bool>::decode(n, v))
+      throw Error(where(key, n), fmt::format("expected true or false, got '{}'", s),
+                  "write true or false");
+    return v;
+  }
+
+  [[nodiscard]] std::string choice(const YAML::Node& n, const std::string& key,
+                                   const std::vector<std::string>& allowed) const {
+    const std::string s = text(n, key);
+    if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
+    const std::string near = nearest_name(s, allowed);
+    throw Error(where(key, n), fmt::format("unknown value '{}'", s),
+                near.empty() ? "use one of " + join(allowed) : "did you mean '" + near + "'?");
+  }
+
+  /// Checks that every key of mapping `n` (named `section`, "" for the root) is known.
+  void known_keys(const YAML::Node& n, const std::string& section,
+                  const std::vector<std::string>& keys) const {
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const std::string k = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
+      const std::string path = section.empty() ? k : section + "." + k;
+      key_marks_[path] = it->first.Mark();
+      if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
+      const std::string near = nearest_name(k, keys);
+      throw Error(where_mark(path, it->first.Mark()), "unknown key",
+                  near.empty() ? "use one of " + join(keys) : "did you mean '" + near + "'?");
+    }
+  }
+
+ private:
+  static std::string leaf(const std::string& key) {
+    const auto dot = key.rfind('.');
+    return dot == std::string::npos ? key : key.substr(dot + 1);
+  }
+  static std::string range_fix(std::int64_t lo, std::int64_t hi) {
+    if (hi >= INT32_MAX) return fmt::format("use {} or more", lo);
+    return fmt::format("use a value from {} to {}", lo, hi);
+  }
+
+  std::string file_;
+  std::map<std::string, std::string> applied_;
+  mutable std::map<std::string, YAML::Mark> key_marks_;  ///< where each key was written
+};
+
+struct AxisRule {
+  const char* name;
+  bool numeric;
+  std::int64_t lo;
+  std::int64_t hi;
+};
+
+const std::vector<AxisRule>& axis_rules() {
+  static const std::vector<AxisRule> rules{
+      {"model", false, 0, 0},
+      {"mode", false, 0, 0},
+      {"context_length", true, 1, std::int64_t{1} << 40},
+      {"top_k", true, 0, INT32_MAX},
+      {"hot_buffer", true, 0, kMaxHotBuffer},
+      {"budget_bits", true, 0, INT32_MAX},
+      {"policy", false, 0, 0},
+      {"concurrency", true, 1, INT32_MAX},
+  };
+  return rules;
+}
+
+const AxisRule& rule_of(const std::string& axis) {
+  for (const auto& r : axis_rules())
+    if (axis == r.name) return r;
+  throw std::logic_error("unknown axis " + axis);
+}
+
+AxisValue default_value(const std::string& file, const std::string& axis) {
+  AxisValue v;
+  v.where = file + ": " + axis;
+  if (axis == "mode")
+    v.text = "dense";
+  else if (axis == "policy")
+    v.text = "lru";
+  else if (axis == "concurrency")
+    v.number = 1;
+  else if (axis == "context_length")
+    v.number = 4096;
+  else if (axis == "budget_bits")
+    v.number = 48;
+  if (rule_of(axis).numeric) v.text = std::to_string(v.number);
+  return v;
+}
+
+class ScenarioParser {
+ public:
+  ScenarioParser(const Reader& reader, std::filesystem::path base_dir)
+      : r_(reader), base_dir_(std::move(base_dir)) {}
+
+  Scenario parse(const YAML::Node& root) {
+    Scenario s;
+    if (!root || root.IsNull())
+      throw Error(r_.file() + ":1:1: name", "the scenario is empty",
+                  "write at least 'name:' and 'model:' (see scenarios/quick.yaml)");
+    if (!root.IsMap())
+      throw Error(r_.where("scenario", root), "expected a mapping of keys",
+                  "write 'key: value' lines (see scenarios/quick.yaml)");
+    std::vector<std::string> top;
+    for (const auto& k : scenario_key_paths())
+      if (k.find('.') == std::string::npos) top.push_back(k);
+    r_.known_keys(root, "", top);
+
+    if (!root["name"])
+      throw Error(r_.file() + ":1:1: name", "missing required key", "add 'name: <identifier>'");
+    s.name = r_.text(root["name"], "name");
+    if (s.name.empty() || !std::all_of(s.name.begin(), s.name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        }))
+      throw Error(r_.where("name", root["name"]), fmt::format("'{}' is not an identifier", s.name),
+                  "use letters, digits, '.', '_' and '-' only");
+    if (root["description"]) s.description = r_.text(root["description"], "description");
+    if (root["backend"]) s.backend = r_.choice(root["backend"], "backend", kBackends);
+    if (root["decode_steps"])
+      s.decode_steps =
+          static_cast<int>(r_.integer(root["decode_steps"], "decode_steps", 1, 1000000));
+    if (root["warmup_steps"])
+      s.warmup_steps =
+          static_cast<int>(r_.integer(root["warmup_steps"], "warmup_steps", 0, 1000000));
+    if (root["workload"]) s.workload = workload(root["workload"]);
+    s.outputs.dir = std::filesystem::path("results") / s.name;
+    if (root["outputs"]) outputs(root["outputs"], s.outputs);
+    if (root["trace"]) trace(root["trace"], s.trace);
+
+    // Sweepable keys: the scalar first, then the sweep list replaces it.
+    for (const auto& rule : axis_rules()) {
+      const std::string axis = rule.name;
+      if (root[axis])
+        s.values[axis] = {axis_value(root[axis], axis, axis)};
+      else if (axis != "model")
+        s.values[axis] = {default_value(r_.file(), axis)};
+    }
+    if (root["sweep"]) sweep(root["sweep"], s);
+    if (!s.values.count("model"))
+      throw Error(r_.file() + ":1:1: model", "missing required key",
+                  "add 'model: <preset or path>' (hisparse-bench list models) or sweep.model");
+    for (const auto& rule : axis_rules())
+      if (std::find(s.swept.begin(), s.swept.end(), rule.name) != s.swept.end())
+        ordered_swept_.push_back(rule.name);
+    s.swept = ordered_swept_;
+
+    for (const auto& m : s.values.at("model")) s.models.emplace(m.text, load(m));
+    if (s.workload.generator == "replay" && s.workload.replay_path.empty())
+      throw Error(r_.where("workload.generator", root["workload"]["generator"]),
+                  "generator 'replay' needs workload.replay_path",
+                  "set workload.replay_path to captured q/k tensors, or use generator 'synthetic'");
+    return s;
+  }
+
+ private:
+  AxisValue axis_value(const YAML::Node& n, const std::string& axis, const std::string& key) {
+    const AxisRule& rule = rule_of(axis);
+    AxisValue v;
+    v.where = r_.where(key, n);
+    if (rule.numeric) {
+      v.number = r_.integer(n, key, rule.lo, rule.hi);
+      v.text = std::to_string(v.number);
+    } else if (axis == "mode") {
+      v.text = r_.choice(n, key, mode_names());
+    } else if (axis == "policy") {
+      v.text = r_.choice(n, key, policy_names());
+    } else {
+      v.text = r_.text(n, key);
+    }
+    return v;
+  }
+
+  void sweep(const YAML::Node& n, Scenario& s) {
+    if (!n.IsMap())
+      throw Error(r_.where("sweep", n), "expected a mapping of axes to lists",
+                  "write e.g. 'sweep: {concurrency: [1, 4]}'");
+    r_.known_keys(n, "sweep", sweep_axis_names());
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const std::string axis = it->first.Scalar();
+      const std::string key = "sweep." + axis;
+      const YAML::Node list = it->second;
+      if (!list.IsSequence())
+        throw Error(r_.where(key, list), "expected a list of values",
+                    fmt::format("write e.g. '{}: [a, b]'", axis));
+      if (list.size() == 0)
+        throw Error(r_.where(key, list), "empty sweep (no values)",
+                    "list at least one value, or remove the axis");
+      std::vector<AxisValue> values;
+      for (const auto& item : list) {
+        AxisValue v = axis_value(item, axis, key);
+        for (const auto& seen : values)
+          if (seen.text == v.text)
+            throw Error(v.where, fmt::format("value '{}' is listed twice", v.text),
+                        "list each value once");
+        values.push_back(std::move(v));
+      }
+      s.values[axis] = std::move(values);
+      s.swept.push_back(axis);
+    }
+  }
+
+  WorkloadSpec workload(const YAML::Node& n) {
+    if (!n.IsMap())
+      throw Error(r_.where("workload", n), "expected a mapping",
+                  "write e.g. 'workload: {seed: 7}'");
+    std::vector<std::string> keys;
+    for (const auto& k : scenario_key_paths())
+      if (k.rfind("workload.", 0) == 0) keys.push_back(k.substr(9));
+    r_.known_keys(n, "workload", keys);
+    WorkloadSpec w;
+    if (n["generator"]) w.generator = r_.choice(n["generator"], "workload.generator", kGenerators);
+    if (n["seed"])
+      w.seed = static_cast<std::uint64_t>(r_.integer(n["seed"], "workload.seed", 0, INT64_MAX));
+    if (n["channel_spread_decades"])
+      w.channel_spread_decades =
+          r_.real(n["channel_spread_decades"], "workload.channel_spread_decades", 0.0, 12.0);
+    if (n["outlier_channels"])
+      w.outlier_channels =
+          static_cast<int>(r_.integer(n["outlier_channels"], "workload.outlier_channels", 0, 4096));
+    if (n["outlier_scale"])
+      w.outlier_scale = r_.real(n["outlier_scale"], "workload.outlier_scale", 1e-6, 1e6);
+    if (n["sink_tokens"])
+      w.sink_tokens =
+          static_cast<int>(r_.integer(n["sink_tokens"], "workload.sink_tokens", 0, 1 << 20));
+    if (n["recency_bias"])
+      w.recency_bias = r_.real(n["recency_bias"], "workload.recency_bias", 0, 1);
+    if (n["query_drift"]) w.query_drift = r_.real(n["query_drift"], "workload.query_drift", 0, 1);
+    if (n["replay_path"]) {
+      w.replay_path = r_.text(n["replay_path"], "workload.replay_path");
+      std::filesystem::path p = w.replay_path;
+      if (p.is_relative() && !base_dir_.empty() && std::filesystem::exists(base_dir_ / p))
+        w.replay_path = (base_dir_ / p).string();
+    }
+    return w;
+  }
+
+  void outputs(const YAML::Node& n, OutputSpec& o) {
+    if (!n.IsMap())
+      throw Error(r_.where("outputs", n), "expected a mapping",
+                  "write e.g. 'outputs: {dir: results/x, formats: [json]}'");
+    r_.known_keys(n, "outputs", {"dir", "formats"});
+    if (n["dir"]) o.dir = r_.text(n["dir"], "outputs.dir");
+    if (n["formats"]) {
+      const YAML::Node f = n["formats"];
+      if (!f.IsSequence())
+        throw Error(r_.where("outputs.formats", f), "expected a list",
+                    "write e.g. [json, csv, md]");
+      if (f.size() == 0)
+        throw Error(r_.where("outputs.formats", f), "no output format",
+                    "list at least one of json, csv, md");
+      o.formats.clear();
+      for (const auto& item : f) o.formats.push_back(r_.choice(item, "outputs.formats", kFormats));
+    }
+  }
+
+  void trace(const YAML::Node& n, TraceSpec& t) {
+    if (!n.IsMap())
+      throw Error(r_.where("trace", n), "expected a mapping",
+                  "write e.g. 'trace: {enabled: true}'");
+    r_.known_keys(n, "trace", {"enabled", "steps"});
+    if (n["enabled"]) t.enabled = r_.boolean(n["enabled"], "trace.enabled");
+    if (n["steps"]) t.steps = static_cast<int>(r_.integer(n["steps"], "trace.steps", 1, 1000000));
+  }
+
+  ModelSpec load(const AxisValue& v) { return load_model_named(v.text, v.where, base_dir_); }
+
+  const Reader& r_;
+  std::filesystem::path base_dir_;
+  std::vector<std::string> ordered_swept_;
+};
+
+int default_top_k(const ModelSpec& m) {
+  return m.has_indexer() && m.indexer.top_k > 0 ? m.indexer.top_k : 2048;
+}
+
+/// Builds every point; with `check`, applies the rules that involve several keys or the model.
+std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
+  std::vector<std::string> axes;
+  for (const auto& rule : axis_rules()) axes.emplace_back(rule.name);
+  std::vector<std::size_t> pick(axes.size(), 0);
+  std::vector<SweepPoint> points;
+  const std::size_t total = s.point_count();
+  points.reserve(total);
+  for (std::size_t n = 0; n < total; ++n) {
+    // Mixed-radix counter over the axes, the last axis (concurrency) fastest.
+    std::size_t rest = n;
+    for (std::size_t a = axes.size(); a-- > 0;) {
+      const std::size_t count = s.values.at(axes[a]).size();
+      pick[a] = rest % count;
+      rest /= count;
+    }
+    auto value = [&](const std::string& axis) -> const AxisValue& {
+      const auto i =
+          static_cast<std::size_t>(std::find(axes.begin(), axes.end(), axis) - axes.begin());
+      return s.values.at(axis)[pick[i]];
+    };
+    SweepPoint p;
+    p.index = n;
+    for (const auto& axis : s.swept) p.axes.emplace_back(axis, value(axis).text);
+    p.model = value("model").text;
+    const ModelSpec& model = s.models.at(p.model);
+    EngineConfig& c = p.config;
+    c.mode = parse_mode(value("mode").text, value("mode").where);
+    c.concurrency = static_cast<int>(value("concurrency").number);
+    c.context_length = value("context_length").number;
+    c.top_k = static_cast<int>(value("top_k").number);
+    c.hot_buffer = static_cast<int>(value("hot_buffer").number);
+    c.budget_bits = static_cast<int>(value("budget_bits").number);
+    c.policy = value("policy").text;
+    c.workload = s.workload;
+    const bool top_k_given = c.top_k != 0;
+    if (!top_k_given) c.top_k = default_top_k(model);
+    const bool hot_given = c.hot_buffer != 0;
+    if (!hot_given) c.hot_buffer = 2 * c.top_k;
+    if (check) {
+      const std::string mode(name_of(c.mode));
+      if (is_fathom(c.mode) && model.is_mla())
+        throw Error(value("mode").where,
+                    fmt::format("mode '{}' needs a GQA model, but '{}' uses MLA", mode, p.model),
+                    "use dense, sparse-gpu or hisparse with this model, or a GQA model");
+      std::string why;
+      if (!mode_supported(model, c.mode, &why))
+        throw Error(value("mode").where, why,
+                    fmt::format("use a mode that '{}' supports (hisparse-bench plan --model {})",
+                                p.model, p.model));
+      if (c.mode != Mode::dense && c.top_k > c.context_length)
+        throw Error(
+            top_k_given ? value("top_k").where : value("context_length").where,
+            fmt::format("top_k {} is larger than context_length {}", c.top_k, c.context_length),
+            fmt::format("use top_k <= {} or a longer context", c.context_length));
+      if (is_hisparse(c.mode) && c.hot_buffer < c.top_k)
+        throw Error(value("hot_buffer").where,
+                    fmt::format("hot_buffer {} is smaller than top_k {}", c.hot_buffer, c.top_k),
+                    fmt::format("use hot_buffer >= {} (0 means 2 * top_k)", c.top_k));
+      if (is_hisparse(c.mode) && c.hot_buffer > kMaxHotBuffer)
+        throw Error(
+            hot_given ? value("hot_buffer").where : value("top_k").where,
+            fmt::format("hot_buffer {} exceeds the {}-slot limit", c.hot_buffer, kMaxHotBuffer),
+            fmt::format("use at most {} slots (top_k <= {} with the default hot_buffer)",
+                        kMaxHotBuffer, kMaxHotBuffer / 2));
+      if (is_fathom(c.mode)) {
+        const int max_bits = 4 * model.gqa.head_dim;
+        if (c.budget_bits > max_bits)
+          throw Error(value("budget_bits").where,
+                      fmt::format("budget_bits {} is above 4 * head_dim = {} of '{}'",
+                                  c.budget_bits, max_bits, p.model),
+                      fmt::format("use a budget from 0 to {}", max_bits));
+      }
+    }
+    points.push_back(std::move(p));
+  }
+  return points;
+}
+
+Scenario parse_document(const std::string& text, const std::string& label,
+                        const std::vector<std::string>& overrides,
+                        const std::filesystem::path& base_dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw Error(fmt::format("{}:{}:{}", label, e.mark.line + 1, e.mark.column + 1),
+                "YAML syntax error: " + e.msg, "fix the YAML syntax at that position");
+  }
+  std::map<std::string, std::string> applied;
+  for (const auto& o : overrides) apply_override(root, o, applied);
+  Reader reader(label, applied);
+  ScenarioParser parser(reader, base_dir);
+  Scenario s = parser.parse(root);
+  s.source = label;
+  (void)build_points(s, true);
+  return s;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+const std::vector<std::string>& sweep_axis_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& r : axis_rules()) v.emplace_back(r.name);
+    return v;
+  }();
+  return names;
+}
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> v{"lru", "fifo", "random", "belady"};
+  return v;
+}
+
+const std::vector<std::string>& mode_names() {
+  static const std::vector<std::string> v{"dense", "sparse-gpu", "hisparse", "fathom",
+                                          "hisparse+fathom"};
+  return v;
+}
+
+std::size_t Scenario::point_count() const {
+  std::size_t n = 1;
+  for (const auto& [axis, v] : values) n *= v.size();
+  return n;
+}
+
+std::vector<SweepPoint> Scenario::expand() const {
+  return build_points(*this, false);
+}
+
+nlohmann::json Scenario::to_json() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["description"] = description;
+  j["source"] = source.string();
+  j["backend"] = backend;
+  j["decode_steps"] = decode_steps;
+  j["warmup_steps"] = warmup_steps;
+  for (const auto& axis : sweep_axis_names()) {
+    const auto& v = values.at(axis);
+    const bool swept_axis = std::find(swept.begin(), swept.end(), axis) != swept.end();
+    auto as_json = [&](const AxisValue& a) {
+      return rule_of(axis).numeric ? nlohmann::json(a.number) : nlohmann::json(a.text);
+    };
+    if (swept_axis) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& a : v) list.push_back(as_json(a));
+      j["sweep"][axis] = list;
+    } else {
+      j[axis] = as_json(v.front());
+    }
+  }
+  if (!j.contains("sweep")) j["sweep"] = nlohmann::json::object();
+  j["workload"] = {{"generator", workload.generator},
+                   {"seed", workload.seed},
+                   {"channel_spread_decades", workload.channel_spread_decades},
+                   {"outlier_channels", workload.outlier_channels},
+                   {"outlier_scale", workload.outlier_scale},
+                   {"sink_tokens", workload.sink_tokens},
+                   {"recency_bias", workload.recency_bias},
+                   {"query_drift", workload.query_drift},
+                   {"replay_path", workload.replay_path}};
+  j["outputs"] = {{"dir", outputs.dir.string()}, {"formats", outputs.formats}};
+  j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
+  return j;
+}
+
+Scenario parse_scenario(const std::string& yaml_text, const std::string& label,
+                        const std::vector<std::string>& overrides,
+                        const std::filesystem::path& base_dir) {
+  HISPARSE_FUNC_RANGE();
+  return parse_document(yaml_text, label, overrides, base_dir);
+}
+
+Scenario load_scenario(const std::filesystem::path& file,
+                       const std::vector<std::string>& overrides) {
+  HISPARSE_FUNC_RANGE();
+  std::ifstream in(file);
+  if (!in || std::filesystem::is_directory(file))
+    throw Error(file.string(), "cannot read the scenario file",
+                "check the path (hisparse-bench list scenarios)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_document(text.str(), file.string(), overrides, file.parent_path());
+}
+
+std::vector<std::filesystem::path> scenario_search_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  std::error_code ec;
+  for (const std::filesystem::path& d :
+       {std::filesystem::current_path(ec) / "scenarios",
+        std::filesystem::path(HISPARSE_SOURCE_DIR) / "scenarios"}) {
+    if (!std::filesystem::is_directory(d, ec)) continue;
+    const auto canon = std::filesystem::weakly_canonical(d, ec);
+    if (std::find(dirs.begin(), dirs.end(), canon) == dirs.end()) dirs.push_back(canon);
+  }
+  return dirs;
+}
+
+std::vector<std::string> list_scenarios() {
+  std::set<std::string> names;
+  for (const auto& dir : scenario_search_dirs())
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      if (entry.is_regular_file() && entry.path().extension() == ".yaml")
+        names.insert(entry.path().stem().string());
+  return {names.begin(), names.end()};
+}
+
+std::filesystem::path find_scenario(const std::string& name_or_path, const std::string& where) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(name_or_path, ec)) return name_or_path;
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml");
+  if (!looks_like_path)
+    for (const auto& dir : scenario_search_dirs())
+      if (std::filesystem::is_regular_file(dir / (name_or_path + ".yaml"), ec))
+        return dir / (name_or_path + ".yaml");
+  const std::string near = looks_like_path ? "" : nearest_name(name_or_path, list_scenarios());
+  throw Error(where, fmt::format("no scenario file '{}'", name_or_path),
+              near.empty() ? "give a path to a scenario YAML or a name from 'hisparse-bench list "
+                             "scenarios'"
+                           : "did you mean '" + near + "'?");
+}
+
+ModelSpec load_model_named(const std::string& m, const std::string& where,
+                           const std::filesystem::path& base_dir) {
+  const bool is_path =
+      m.find('/') != std::string::npos || m.ends_with(".yaml") || m.ends_with(".yml");
+  if (is_path) {
+    std::filesystem::path p = m;
+    std::error_code ec;
+    if (p.is_relative() && !base_dir.empty() && std::filesystem::exists(base_dir / p, ec))
+      p = base_dir / p;
+    if (!std::filesystem::exists(p, ec))
+      throw Error(where, fmt::format("model file '{}' does not exist", m),
+                  "give a path relative to the scenario file, or a preset name (hisparse-bench "
+                  "list models)");
+    return load_model(p.string());
+  }
+  const auto presets = list_model_presets();
+  if (std::find(presets.begin(), presets.end(), m) == presets.end()) {
+    const std::string near = nearest_name(m, presets);
+    throw Error(where, fmt::format("unknown model '{}'", m),
+                near.empty() ? "use one of " + join(presets) + " or a path to a model YAML"
+                             : "did you mean '" + near + "'?");
+  }
+  return load_model(m);
+}
+
+std::string nearest_name(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    const std::size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+}  // namespace hisparse

@@ -1,0 +1,151 @@
+// Scenario: what one `hisparse-bench run` executes, read from YAML, overridden by `--set`,
+// validated, and expanded into sweep points.
+//
+// Scenario keys (every key but `name` and `model` is optional; defaults in brackets):
+//
+//   name: quick                 # identifier used for the default output folder (letters, digits, .
+//   _ -) description: "..."          # free text, copied into the results model: tiny-dsa # preset
+//   name (scenarios/models/<name>.yaml) or path to a model YAML
+//                               # (relative to the scenario file); required unless swept
+//   backend: auto               # auto | cuda | cpu [auto]; --backend overrides it
+//   mode: dense                 # dense | sparse-gpu | hisparse | fathom | hisparse+fathom [dense]
+//   concurrency: 1              # requests decoded together (the batch), >= 1 [1]
+//   context_length: 4096        # tokens in each request's cache before the first step, >= 1 [4096]
+//   decode_steps: 8             # measured steps per sweep point, >= 1 [8]
+//   warmup_steps: 2             # unmeasured steps before them, >= 0 [2]
+//   top_k: 0                    # rows selected per step; 0 = the model's indexer top_k, else 2048
+//   [0] hot_buffer: 0               # HiSparse slots per request and layer; 0 = 2 * top_k [0]
+//   budget_bits: 48             # Fathom plane bits per token and KV head, 0..4*head_dim [48]
+//   policy: lru                 # hot-buffer replacement: lru | fifo | random | belady [lru]
+//   workload:                   # synthetic keys/queries (hisparse::WorkloadSpec)
+//     generator: synthetic      # synthetic | replay (replay needs replay_path)
+//     seed: 1
+//     channel_spread_decades: 3.0
+//     outlier_channels: 4
+//     outlier_scale: 20.0
+//     sink_tokens: 4
+//     recency_bias: 0.5         # 0..1
+//     query_drift: 0.05         # 0..1
+//     replay_path: ""
+//   sweep:                      # axes expanded as a cartesian product (each a non-empty list)
+//     model: [tiny-dsa, tiny-gqa]
+//     mode: [dense, sparse-gpu]
+//     concurrency: [1, 4]
+//     # also context_length, top_k, hot_buffer, budget_bits, policy
+//   outputs:
+//     dir: results/quick        # [results/<name>]; --out overrides it
+//     formats: [json, csv, md]  # any non-empty subset [all three]
+//   trace:                      # accepted here, used by the trace component
+//     enabled: false
+//     steps: 4
+//
+// A swept axis replaces the scalar key of the same name. Sweep points are ordered with the axes
+// in the fixed order of sweep_axis_names() (model outermost, concurrency innermost), each axis'
+// values in the order written, so a sweep always expands in the same order.
+//
+// `--set key=value` (dotted keys: workload.seed=7, sweep.concurrency=[1,2,4]) replaces any value
+// before validation; the value is parsed as YAML. Every error is one hisparse::Error whose where()
+// is "file:line:column: key" (1-based, from yaml-cpp marks) or "--set key=value: key".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/decode_engine.hpp"
+#include "model/model_spec.hpp"
+
+namespace hisparse {
+
+/// One value of a sweepable key, with the place it came from (for error messages).
+struct AxisValue {
+  std::string text;         ///< as written, e.g. "sparse-gpu" or "4096"
+  std::int64_t number = 0;  ///< parsed value of numeric axes
+  std::string where;        ///< "file:line:column: key" or "--set k=v: key"
+};
+
+struct OutputSpec {
+  std::filesystem::path dir;  ///< default results/<name>
+  std::vector<std::string> formats{"json", "csv", "md"};
+};
+
+struct TraceSpec {
+  bool enabled = false;
+  int steps = 4;
+};
+
+/// One point of the sweep: the engine configuration it runs and the axis values that made it.
+struct SweepPoint {
+  std::size_t index = 0;
+  std::vector<std::pair<std::string, std::string>> axes;  ///< swept axes only, in sweep order
+  std::string model;                                      ///< as written (preset or path)
+  EngineConfig
+      config;  ///< top_k and hot_buffer resolved (never 0); backend as resolved by the caller
+};
+
+class Scenario {
+ public:
+  std::string name;
+  std::string description;
+  std::filesystem::path source;  ///< the YAML file ("" for a string)
+  std::string backend = "auto";
+  int decode_steps = 8;
+  int warmup_steps = 2;
+  WorkloadSpec workload;
+  OutputSpec outputs;
+  TraceSpec trace;
+  /// Every sweepable key with its values: one value when not swept.
+  std::map<std::string, std::vector<AxisValue>> values;
+  /// Names of the keys that are swept (a subset of sweep_axis_names(), in that order).
+  std::vector<std::string> swept;
+  /// Loaded models by `model` value as written (loaded during validation).
+  std::map<std::string, ModelSpec> models;
+
+  /// Number of sweep points (product of the value counts).
+  [[nodiscard]] std::size_t point_count() const;
+  /// All sweep points in the stable order described above. Needs the models (for top_k defaults).
+  [[nodiscard]] std::vector<SweepPoint> expand() const;
+  /// The scenario as resolved (after --set and defaults), for the results file.
+  [[nodiscard]] nlohmann::json to_json() const;
+};
+
+/// The keys that may be swept, in expansion order (outermost first).
+[[nodiscard]] const std::vector<std::string>& sweep_axis_names();
+/// Replacement policies accepted by `policy`.
+[[nodiscard]] const std::vector<std::string>& policy_names();
+/// Mode names accepted by `mode`.
+[[nodiscard]] const std::vector<std::string>& mode_names();
+
+/// Reads, overrides, validates. `overrides` are "key=value" strings from --set. Throws Error.
+[[nodiscard]] Scenario load_scenario(const std::filesystem::path& file,
+                                     const std::vector<std::string>& overrides = {});
+/// The same for YAML text; `label` stands for the file name in messages.
+[[nodiscard]] Scenario parse_scenario(const std::string& yaml_text, const std::string& label,
+                                      const std::vector<std::string>& overrides = {},
+                                      const std::filesystem::path& base_dir = {});
+
+/// A scenario named on the command line: an existing file, or a name found as
+/// <dir>/<name>.yaml in scenario_search_dirs(). Throws Error naming `where` when not found.
+[[nodiscard]] std::filesystem::path find_scenario(const std::string& name_or_path,
+                                                  const std::string& where);
+/// ./scenarios and the source tree's scenarios/ (deduplicated).
+[[nodiscard]] std::vector<std::filesystem::path> scenario_search_dirs();
+/// Names (file stems) of the scenarios in scenario_search_dirs(), sorted.
+[[nodiscard]] std::vector<std::string> list_scenarios();
+
+/// A model by preset name or path (relative paths tried against `base_dir` first). An unknown
+/// preset or a missing file throws Error naming `where` (with the nearest preset name).
+[[nodiscard]] ModelSpec load_model_named(const std::string& name_or_path, const std::string& where,
+                                         const std::filesystem::path& base_dir = {});
+
+/// The candidate closest to `word` by edit distance, or "" when none is reasonably close.
+[[nodiscard]] std::string nearest_name(const std::string& word,
+                                       const std::vector<std::string>& candidates);
+
+}  // namespace hisparse

@@ -1,0 +1,135 @@
+// hisparse-bench list, plan, info, help and flag errors end to end.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/run_command.hpp"
+
+namespace hisparse::test {
+namespace {
+
+TEST(CliCommands, ListNamesModelsScenariosAndModes) {
+  const auto r = run_bench("list");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("models:\n"), std::string::npos);
+  EXPECT_NE(r.output.find("  tiny-dsa\n"), std::string::npos);
+  EXPECT_NE(r.output.find("  glm-5.1-fp8-rank\n"), std::string::npos);
+  EXPECT_NE(r.output.find("scenarios:\n"), std::string::npos);
+  EXPECT_NE(r.output.find("  quick\n"), std::string::npos);
+  EXPECT_NE(
+      r.output.find("modes:\n  dense\n  sparse-gpu\n  hisparse\n  fathom\n  hisparse+fathom\n"),
+      std::string::npos)
+      << r.output;
+  const auto modes = run_bench("list modes");
+  EXPECT_EQ(modes.output, "dense\nsparse-gpu\nhisparse\nfathom\nhisparse+fathom\n");
+}
+
+TEST(CliCommands, ListJsonParses) {
+  const auto r = run_bench("list --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["modes"].size(), 5u);
+  EXPECT_NE(std::find(j["models"].begin(), j["models"].end(), "tiny-gqa"), j["models"].end());
+  EXPECT_NE(std::find(j["scenarios"].begin(), j["scenarios"].end(), "quick"), j["scenarios"].end());
+}
+
+// GLM-5.1 at 128K on a 141 GiB GPU, by hand (REFERENCE.md section 1): a token costs a 1152-B
+// bf16 MLA row and a 132-B index key in each of 78 layers.
+TEST(CliCommands, PlanGlmMatchesHandArithmetic) {
+  const auto r =
+      run_bench("plan --model glm-5.1-fp8-rank --context 131072 --gpu-mem-gib 141 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  const double gpu = 141.0 * 1024 * 1024 * 1024;
+  EXPECT_DOUBLE_EQ(j["gpu_mem_bytes"].get<double>(), gpu);
+  const auto weights = j["weight_bytes"].get<double>();
+  EXPECT_GT(weights, 90e9);
+  EXPECT_LT(weights, 120e9);
+  const double free_for_kv = gpu - weights - j["activation_reserve_bytes"].get<double>();
+  const std::int64_t full = std::int64_t{1152 + 132} * 78 * 131072;  // 13,127,122,944
+  const std::int64_t hot = std::int64_t{132} * 78 * 131072 + std::int64_t{1152} * 4097 * 78;
+  const std::int64_t host = std::int64_t{1152} * 78 * 131072;
+  int seen = 0;
+  for (const auto& row : j["modes"]) {
+    const std::string mode = row["mode"];
+    if (mode == "sparse-gpu" || mode == "dense") {
+      EXPECT_EQ(row["gpu_bytes_per_request"].get<std::int64_t>(), full) << mode;
+      EXPECT_EQ(row["max_concurrency"].get<std::int64_t>(),
+                static_cast<std::int64_t>(std::floor(free_for_kv / static_cast<double>(full))));
+      ++seen;
+    }
+    if (mode == "hisparse") {
+      EXPECT_EQ(row["gpu_bytes_per_request"].get<std::int64_t>(), hot);  // 1,717,657,344
+      EXPECT_EQ(row["host_bytes_per_request"].get<std::int64_t>(), host);
+      EXPECT_EQ(row["max_concurrency"].get<std::int64_t>(),
+                static_cast<std::int64_t>(std::floor(free_for_kv / static_cast<double>(hot))));
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 3) << r.output;
+}
+
+TEST(CliCommands, PlanTableShowsBytesPerMode) {
+  const auto r = run_bench("plan --model glm-5.1-fp8-rank --context 131072 --gpu-mem-gib 141");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("GPU bytes/request"), std::string::npos);
+  EXPECT_NE(r.output.find("13127122944 (12.23 GiB)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1717657344 (1.60 GiB)"), std::string::npos) << r.output;
+}
+
+TEST(CliCommands, PlanRejectsBadInput) {
+  auto r = run_bench("plan --model tiny-dsb");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "error: --model: unknown model 'tiny-dsb'; did you mean 'tiny-dsa'?\n");
+  r = run_bench("plan --model tiny-dsa --context 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "error: --context: 0 is not a context length; give the tokens per request, e.g. "
+            "--context 131072\n");
+  r = run_bench("plan --model tiny-dsa --hot-buffer 40000");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "error: --hot-buffer: 40000 is out of range; use 0 (2 * top_k) up to 32768 slots\n");
+  r = run_bench("plan");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "error: --model is required; run 'hisparse-bench --help'\n");
+}
+
+TEST(CliCommands, BadFlagsAreOneLineAndExitStatus2) {
+  for (const char* args : {"run --bogus x.yaml", "list --frobnicate", "list nothing", "",
+                           "plan --model tiny-dsa --context many"}) {
+    const auto r = run_bench(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << args << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+  }
+}
+
+TEST(CliCommands, HelpDocumentsExitStatus) {
+  const auto r = run_bench("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("Exit status: 0 success; 1 a sweep point failed"), std::string::npos);
+  for (const char* sub : {"run", "validate", "list", "plan", "info"})
+    EXPECT_NE(r.output.find(std::string("  ") + sub), std::string::npos) << sub;
+  const auto run_help = run_bench("run --help");
+  EXPECT_EQ(run_help.exit_code, 0);
+  EXPECT_NE(run_help.output.find("--set"), std::string::npos);
+  EXPECT_NE(run_help.output.find("Exit status:"), std::string::npos);
+}
+
+TEST(CliCommands, InfoOnCpuReportsDeviceAndCeilingAsJson) {
+  const auto r = run_bench("info --backend cpu --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["device"]["backend"], "cpu");
+  EXPECT_GT(j["device"]["total_memory"].get<double>(), 0);
+  EXPECT_GT(j["ceilings"]["host_copy_gbps"].get<double>(), 0);
+  const auto bad = run_bench("info --backend tpu");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.output, "error: --backend: unknown backend 'tpu'; use auto, cuda or cpu\n");
+}
+
+}  // namespace
+}  // namespace hisparse::test

@@ -1,0 +1,144 @@
+// hisparse-bench run end to end on the CPU backend: result files, --json, failed points, --set.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "core/device.hpp"
+#include "support/run_command.hpp"
+
+namespace hisparse::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTiny = std::string(HISPARSE_TEST_FIXTURES) + "/scenarios/tiny.yaml";
+
+struct TempDir {
+  fs::path path =
+      fs::temp_directory_path() / ("hisparse_cli_run_" + std::to_string(getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { fs::remove_all(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(CliRun, WritesThreeParseableFiles) {
+  TempDir out;
+  const auto r = run_bench("run " + kTiny + " --backend cpu --quiet --out " + out.path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");  // --quiet
+  const auto j = nlohmann::json::parse(read(out.path / "results.json"));
+  EXPECT_EQ(j["schema_version"], 1);
+  EXPECT_EQ(j["metadata"]["backend"], "cpu");
+  EXPECT_EQ(j["metadata"]["synthetic"]["weights"], true);
+  EXPECT_NE(j["metadata"]["command_line"].get<std::string>().find("run "), std::string::npos);
+  EXPECT_GT(j["metadata"]["ceilings"]["host_copy_gbps"].get<double>(), 0.0);
+  EXPECT_EQ(j["scenario"]["name"], "tiny");
+  ASSERT_EQ(j["points"].size(), 2u);
+  for (const auto& p : j["points"]) {
+    EXPECT_EQ(p["status"], "ok") << p.dump();
+    const auto& m = p["metrics"];
+    EXPECT_GT(m["output_tokens_per_s"].get<double>(), 0.0);
+    EXPECT_EQ(m["step_ms"]["count"], 2);  // decode_steps
+    EXPECT_DOUBLE_EQ(m["tpot_ms"].get<double>(), m["step_ms"]["median"].get<double>());
+    EXPECT_NEAR(m["output_tokens_per_s"].get<double>(),
+                1000.0 * m["running_requests"].get<double>() / m["step_ms"]["median"].get<double>(),
+                1e-6 * m["output_tokens_per_s"].get<double>());
+    EXPECT_EQ(m["running_requests"], 1);
+    EXPECT_EQ(m["queued_requests"], 0);
+  }
+  EXPECT_EQ(j["points"][0]["axes"]["mode"], "dense");
+  EXPECT_EQ(j["points"][1]["axes"]["mode"], "sparse-gpu");
+  EXPECT_EQ(j["summary"]["complete"], true);
+
+  const std::string csv = read(out.path / "results.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
+  EXPECT_EQ(csv.rfind("index,model,mode,", 0), 0u);
+  const std::string md = read(out.path / "summary.md");
+  EXPECT_NE(md.find("## mode: dense"), std::string::npos) << md;
+  EXPECT_NE(md.find("## mode: sparse-gpu"), std::string::npos) << md;
+  EXPECT_NE(md.find("synthetic weights/workload"), std::string::npos);
+  EXPECT_NE(md.find("not GPU figures"), std::string::npos);
+}
+
+TEST(CliRun, JsonOnStdoutIsTheResultsDocument) {
+  TempDir out;
+  const auto r = run_bench("run " + kTiny + " --backend cpu --json --out " + out.path.string() +
+                           " --set sweep.mode=[dense]");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["points"].size(), 1u);
+  EXPECT_EQ(j["scenario"]["sweep"]["mode"], nlohmann::json::array({"dense"}));
+  EXPECT_EQ(j, nlohmann::json::parse(read(out.path / "results.json")));
+}
+
+TEST(CliRun, HumanOutputIsATableNamingCpuTimings) {
+  TempDir out;
+  const auto r = run_bench("run " + kTiny + " --backend cpu --out " + out.path.string() +
+                           " --set sweep.mode=[dense] --set decode_steps=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("point  model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CPU wall-clock timings"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[1/1] tiny-gqa dense concurrency=1 context=128: "), std::string::npos)
+      << r.output;
+}
+
+TEST(CliRun, FailedPointIsRecordedAndTheSweepGoesOn) {
+  TempDir out;
+  const auto r = run_bench("run " + std::string(HISPARSE_TEST_FIXTURES) +
+                           "/scenarios/failing.yaml --quiet --out " + out.path.string() +
+                           " --set sweep.context_length=[1000000000000,128]");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto j = nlohmann::json::parse(read(out.path / "results.json"));
+  ASSERT_EQ(j["points"].size(), 2u);
+  EXPECT_EQ(j["points"][0]["status"], "failed");
+  EXPECT_NE(j["points"][0]["error"].get<std::string>().find("not one request fits"),
+            std::string::npos)
+      << j["points"][0]["error"];
+  EXPECT_EQ(j["points"][1]["status"], "ok") << j["points"][1].dump();
+  EXPECT_EQ(j["summary"]["failed"], 1);
+  EXPECT_NE(read(out.path / "results.csv").find(",failed,"), std::string::npos);
+}
+
+TEST(CliRun, CudaBackendWithoutGpuIsAClearError) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  TempDir out;
+  const auto r = run_bench("run " + kTiny + " --backend cuda --out " + out.path.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output.rfind("error: --backend: backend 'cuda' requested but ", 0), 0u) << r.output;
+  EXPECT_NE(
+      r.output.find("; run on a machine with an NVIDIA GPU, or use backend 'cpu' or 'auto'\n"),
+      std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1);
+  EXPECT_FALSE(fs::exists(out.path / "results.json"));
+}
+
+TEST(CliRun, BadScenarioNameSuggestsTheNearest) {
+  const auto r = run_bench("run quik");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "error: run: SCENARIO: no scenario file 'quik'; did you mean 'quick'?\n");
+}
+
+TEST(CliRun, UnwritableOutputFolderIsBadInput) {
+  const auto r = run_bench("run " + kTiny + " --backend cpu --out /proc/hisparse-no-such/out");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(
+      r.output.rfind("error: /proc/hisparse-no-such/out: cannot create the output folder (", 0), 0u)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace hisparse::test

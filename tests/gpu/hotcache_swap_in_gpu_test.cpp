@@ -1,0 +1,533 @@
+// The CUDA swap-in against its CPU twin, byte for byte: physical rows, per-row stats, miss plan,
+// slot tables, LRU orders and every hot-buffer byte, over thousands of random multi-step sequences
+// (random seq_len, top_k, hot, row sizes, padding rows, request remapping, int32/int64 lengths,
+// duplicates, -1 and out-of-range selections), launched directly and replayed from a CUDA graph.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.hpp"
+#include "core/memory.hpp"
+#include "core/rng.hpp"
+#include "core/stream.hpp"
+#include "hotcache/hot_cache.hpp"
+#include "kernels/hotcache/swap_in.hpp"
+#include "support/gpu.hpp"
+
+namespace hisparse {
+namespace {
+
+#if HISPARSE_WITH_CUDA
+using kernels::SwapInArgs;
+
+struct Shape {
+  int requests = 1;
+  int batch = 1;
+  int hot = 4;
+  int top_k = 2;
+  std::size_t row_bytes = 8;
+  std::size_t row_stride = 8;
+  std::int64_t capacity = 64;
+  bool int64_lens = false;
+  bool use_pdl = true;
+  int copy_blocks = 0;
+};
+
+std::string describe(const Shape& s) {
+  return "requests " + std::to_string(s.requests) + " batch " + std::to_string(s.batch) + " hot " +
+         std::to_string(s.hot) + " top_k " + std::to_string(s.top_k) + " row " +
+         std::to_string(s.row_bytes) + "/" + std::to_string(s.row_stride) +
+         (s.int64_lens ? " int64" : " int32") + (s.use_pdl ? " pdl" : "") + " copy_blocks " +
+         std::to_string(s.copy_blocks);
+}
+
+template <class T>
+void upload(Buffer<T>& dev, const std::vector<T>& host) {
+  ASSERT_EQ(dev.size(), host.size());
+  copy_bytes(dev.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
+}
+template <class T>
+std::vector<T> download(const Buffer<T>& dev) {
+  std::vector<T> host(dev.size());
+  copy_bytes(host.data(), dev.device_data(), host.size() * sizeof(T), Backend::cuda);
+  return host;
+}
+
+/// Twin state on the host, the same state on the device, one shared pinned pool.
+class Harness {
+ public:
+  Harness(const Shape& s, std::uint64_t seed) : s_(s), rng_(seed) {
+    const auto req = static_cast<std::size_t>(s.requests);
+    const auto tables = req * static_cast<std::size_t>(s.hot);
+    const auto rows = req * static_cast<std::size_t>(s.hot + 1) * s.row_stride;
+    const auto entries = static_cast<std::size_t>(s.batch) * static_cast<std::size_t>(s.top_k);
+    pool_ = Allocation::pinned(req * static_cast<std::size_t>(s.capacity) * s.row_stride,
+                               Backend::cuda, "test pool");
+    auto* p = static_cast<std::uint8_t*>(pool_.host_data());
+    for (std::size_t i = 0; i < pool_.bytes(); i += 8) {
+      const std::uint64_t bits = random_bits(seed, i);
+      std::memcpy(p + i, &bits, std::min<std::size_t>(8, pool_.bytes() - i));
+    }
+    pool_checksum_ = checksum();
+
+    slot_token_.assign(tables, -1);
+    lru_.resize(tables);
+    rows_.resize(rows);
+    for (std::size_t i = 0; i < rows; ++i)
+      rows_[i] = static_cast<std::uint8_t>(random_bits(seed + 1, i));
+    seq_.resize(req);
+    for (int r = 0; r < s.requests; ++r) init_request(r);
+
+    d_slot_ = Buffer<std::int32_t>::device(tables, Backend::cuda, "slot");
+    d_lru_ = Buffer<std::int32_t>::device(tables, Backend::cuda, "lru");
+    d_rows_ = Buffer<std::uint8_t>::device(rows, Backend::cuda, "rows");
+    d_sel_ = Buffer<std::int32_t>::device(entries, Backend::cuda, "sel");
+    d_lens_ =
+        Buffer<std::int64_t>::device(static_cast<std::size_t>(s.batch), Backend::cuda, "lens");
+    d_real_ = Buffer<std::int32_t>::device(1, Backend::cuda, "num_real");
+    d_remap_ =
+        Buffer<std::int32_t>::device(static_cast<std::size_t>(s.batch), Backend::cuda, "remap");
+    d_out_ = Buffer<std::int32_t>::device(entries, Backend::cuda, "out");
+    d_stats_ =
+        Buffer<std::int32_t>::device(2 * static_cast<std::size_t>(s.batch), Backend::cuda, "stats");
+    d_count_ =
+        Buffer<std::int32_t>::device(static_cast<std::size_t>(s.batch), Backend::cuda, "count");
+    d_plan_slot_ = Buffer<std::int32_t>::device(entries, Backend::cuda, "plan slot");
+    d_plan_token_ = Buffer<std::int32_t>::device(entries, Backend::cuda, "plan token");
+    upload(d_slot_, slot_token_);
+    upload(d_lru_, lru_);
+    upload(d_rows_, rows_);
+    sel_.resize(entries);
+    lens64_.resize(static_cast<std::size_t>(s.batch));
+    lens32_.resize(static_cast<std::size_t>(s.batch));
+    remap_.resize(static_cast<std::size_t>(s.batch));
+    out_.resize(entries);
+    stats_.resize(2 * static_cast<std::size_t>(s.batch));
+    count_.resize(static_cast<std::size_t>(s.batch));
+    plan_slot_.resize(entries);
+    plan_token_.resize(entries);
+  }
+
+  /// Random state: empty, identity (grown through the short path) or random resident tokens.
+  void init_request(int r) {
+    const auto base = static_cast<std::size_t>(r) * s_.hot;
+    auto* st = slot_token_.data() + base;
+    auto* lru = lru_.data() + base;
+    std::iota(lru, lru + s_.hot, 0);
+    seq_[r] = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(s_.capacity - 40)));
+    const auto kind = rng_.below(3);
+    for (int i = 0; i < s_.hot; ++i) st[i] = kind == 1 ? i : -1;
+    if (kind == 2 && seq_[r] > s_.hot + 1) {  // distinct random tokens below the newest
+      std::vector<std::int32_t> pick;
+      while (static_cast<int>(pick.size()) < s_.hot) {
+        const auto t =
+            static_cast<std::int32_t>(rng_.below(static_cast<std::uint64_t>(seq_[r] - 1)));
+        if (std::find(pick.begin(), pick.end(), t) == pick.end()) pick.push_back(t);
+      }
+      for (int i = 0; i < s_.hot; ++i) st[i] = rng_.below(8) == 0 ? -1 : pick[i];
+      for (int i = s_.hot - 1; i > 0; --i)
+        std::swap(lru[i], lru[rng_.below(static_cast<std::uint64_t>(i) + 1)]);
+    }
+  }
+
+  /// One step's inputs: real rows, remapping, lengths and selections.
+  void make_step(int num_real) {
+    real_ = num_real;
+    std::vector<std::int32_t> requests(static_cast<std::size_t>(s_.requests));
+    std::iota(requests.begin(), requests.end(), 0);
+    for (int i = s_.requests - 1; i > 0; --i)
+      std::swap(requests[i], requests[rng_.below(static_cast<std::uint64_t>(i) + 1)]);
+    for (int b = 0; b < s_.batch; ++b) {
+      const int r = remap_[b] = requests[b];
+      if (rng_.below(16) == 0)
+        seq_[r] =
+            static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(s_.capacity - 1)));
+      if (seq_[r] >= s_.capacity) seq_[r] = s_.capacity / 2;  // stay inside the pool region
+      const std::int64_t seq = seq_[r];
+      lens64_[b] = seq;
+      lens32_[b] = static_cast<std::int32_t>(seq);
+      const std::int32_t* st = slot_token_.data() + static_cast<std::size_t>(r) * s_.hot;
+      std::int32_t* sel = sel_.data() + static_cast<std::size_t>(b) * s_.top_k;
+      for (int i = 0; i < s_.top_k; ++i) {
+        const auto u = rng_.below(20);
+        std::int32_t p;
+        if (u == 0) {
+          p = -1;
+        } else if (u == 1) {
+          p = static_cast<std::int32_t>(seq +
+                                        static_cast<std::int64_t>(rng_.below(3)));  // out of range
+        } else if (u == 2 && i > 0) {
+          p = sel[rng_.below(static_cast<std::uint64_t>(i))];  // duplicate
+        } else if (u == 3) {
+          p = static_cast<std::int32_t>(seq - 1);  // newest
+        } else if (u < 12) {
+          p = st[rng_.below(static_cast<std::uint64_t>(s_.hot))];  // likely a hit
+        } else if (seq > 0) {
+          p = static_cast<std::int32_t>(rng_.below(static_cast<std::uint64_t>(seq)));
+        } else {
+          p = 0;
+        }
+        sel[i] = p;
+      }
+    }
+  }
+
+  [[nodiscard]] SwapInArgs args(bool device) {
+    SwapInArgs a;
+    a.seq_lens_int64 = s_.int64_lens;
+    a.copy_bytes = s_.row_bytes;
+    a.batch = s_.batch;
+    a.top_k = s_.top_k;
+    a.hot = s_.hot;
+    a.use_pdl = s_.use_pdl;
+    a.copy_blocks = s_.copy_blocks;
+    const auto request_stride = static_cast<std::size_t>(s_.capacity) * s_.row_stride;
+    if (device) {
+      a.selected = d_sel_.device_data();
+      a.seq_lens = d_lens_.device_data();
+      a.num_real = d_real_.device_data();
+      a.request_of_row = d_remap_.device_data();
+      a.hot_buffer = {d_slot_.device_data(), d_lru_.device_data(), d_rows_.device_data(),
+                      s_.row_stride};
+      a.host_pool = {static_cast<const std::uint8_t*>(pool_.device_data()), request_stride,
+                     s_.row_stride};
+      a.physical_rows = d_out_.device_data();
+      a.stats = d_stats_.device_data();
+      a.plan = {d_count_.device_data(), d_plan_slot_.device_data(), d_plan_token_.device_data()};
+    } else {
+      a.selected = sel_.data();
+      a.seq_lens = s_.int64_lens ? static_cast<const void*>(lens64_.data()) : lens32_.data();
+      a.num_real = &real_;
+      a.request_of_row = remap_.data();
+      a.hot_buffer = {slot_token_.data(), lru_.data(), rows_.data(), s_.row_stride};
+      a.host_pool = {static_cast<const std::uint8_t*>(pool_.host_data()), request_stride,
+                     s_.row_stride};
+      a.physical_rows = out_.data();
+      a.stats = stats_.data();
+      a.plan = {count_.data(), plan_slot_.data(), plan_token_.data()};
+    }
+    return a;
+  }
+
+  /// Inputs to the device (outside any graph: the graph reads them in place).
+  void upload_inputs() {
+    upload(d_sel_, sel_);
+    if (s_.int64_lens) {
+      upload(d_lens_, lens64_);
+    } else {
+      copy_bytes(d_lens_.device_data(), lens32_.data(), lens32_.size() * 4, Backend::cuda);
+    }
+    copy_bytes(d_real_.device_data(), &real_, 4, Backend::cuda);
+    upload(d_remap_, remap_);
+  }
+
+  void run_twin() {
+    kernels::swap_in_ref(args(false));
+    for (int b = 0; b < std::min(real_, s_.batch); ++b) ++seq_[remap_[b]];
+  }
+
+  /// Compares everything the contract defines; `where` names the step.
+  void expect_equal(const std::string& where) {
+    const std::string ctx = describe(s_) + " " + where;
+    ASSERT_EQ(download(d_out_), out_) << ctx;
+    ASSERT_EQ(download(d_stats_), stats_) << ctx;
+    ASSERT_EQ(download(d_count_), count_) << ctx;
+    const auto slot = download(d_plan_slot_), token = download(d_plan_token_);
+    for (int b = 0; b < s_.batch; ++b)
+      for (int m = 0; m < count_[b]; ++m) {
+        const auto i = static_cast<std::size_t>(b) * s_.top_k + m;
+        ASSERT_EQ(slot[i], plan_slot_[i]) << ctx << " plan row " << b;
+        ASSERT_EQ(token[i], plan_token_[i]) << ctx << " plan row " << b;
+      }
+    ASSERT_EQ(download(d_slot_), slot_token_) << ctx;
+    ASSERT_EQ(download(d_lru_), lru_) << ctx;
+    ASSERT_TRUE(download(d_rows_) == rows_) << ctx << ": hot-buffer bytes differ";
+  }
+
+  [[nodiscard]] std::uint64_t checksum() const {
+    std::uint64_t h = 1469598103934665603ull;
+    const auto* p = static_cast<const std::uint8_t*>(pool_.host_data());
+    for (std::size_t i = 0; i < pool_.bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
+  [[nodiscard]] bool pool_unchanged() const { return checksum() == pool_checksum_; }
+  Rng& rng() { return rng_; }
+  [[nodiscard]] const Shape& shape() const { return s_; }
+
+ private:
+  Shape s_;
+  Rng rng_;
+  Allocation pool_;
+  std::uint64_t pool_checksum_ = 0;
+  std::vector<std::int32_t> slot_token_, lru_, sel_, lens32_, remap_, out_, stats_, count_,
+      plan_slot_, plan_token_;
+  std::vector<std::int64_t> lens64_, seq_;
+  std::vector<std::uint8_t> rows_;
+  std::int32_t real_ = 0;
+  Buffer<std::int32_t> d_slot_, d_lru_, d_sel_, d_real_, d_remap_, d_out_, d_stats_, d_count_,
+      d_plan_slot_, d_plan_token_;
+  Buffer<std::int64_t> d_lens_;
+  Buffer<std::uint8_t> d_rows_;
+};
+
+Shape random_shape(Rng& rng) {
+  static const int kTopK[] = {1, 31, 32, 33, 63, 64, 65, 128, 131, 1024};
+  static const std::size_t kRows[] = {1, 7, 15, 20, 584, 656, 1028, 1152};
+  Shape s;
+  s.requests = 1 + static_cast<int>(rng.below(6));
+  s.batch = 1 + static_cast<int>(rng.below(static_cast<std::uint64_t>(s.requests)));
+  s.top_k = kTopK[rng.below(10)];
+  s.hot = s.top_k + static_cast<int>(rng.below(3) == 0 ? 0 : rng.below(1100));
+  if (rng.below(4) == 0) s.hot = (s.hot + 31) / 32 * 32 + (rng.below(2) ? 7 : 0);  // e.g. 1031
+  s.row_bytes = kRows[rng.below(8)];
+  s.row_stride = rng.below(3) == 0 ? (s.row_bytes + 15) / 16 * 16 : s.row_bytes;
+  s.capacity = s.hot + 3 * s.top_k + 64;
+  s.int64_lens = rng.below(2) == 0;
+  s.use_pdl = rng.below(4) != 0;
+  s.copy_blocks = rng.below(3) == 0 ? 1 + static_cast<int>(rng.below(40)) : 0;
+  return s;
+}
+
+void run_steps(Harness& h, int steps, const std::string& label) {
+  Stream stream(Backend::cuda);
+  for (int step = 0; step < steps; ++step) {
+    const int real =
+        h.rng().below(5) == 0
+            ? static_cast<int>(h.rng().below(static_cast<std::uint64_t>(h.shape().batch) + 1))
+            : h.shape().batch;
+    h.make_step(real);
+    h.upload_inputs();
+    kernels::launch_swap_in(h.args(true), stream.native());
+    stream.synchronize();
+    h.run_twin();
+    h.expect_equal(label + " step " + std::to_string(step));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_TRUE(h.pool_unchanged()) << "the swap-in wrote to the host pool";
+}
+#endif
+
+TEST(HotcacheSwapInGpu, WorkedLruExampleAndMisses) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // Request 0, hot 4, slots hold 10..13, LRU 0..3. Hits on 11, 12 and misses 50, 60.
+  const int hot = 4, top_k = 4;
+  auto pool = Allocation::pinned(200 * 16, Backend::cuda, "pool");
+  auto* pp = static_cast<std::uint8_t*>(pool.host_data());
+  for (int i = 0; i < 200 * 16; ++i) pp[i] = static_cast<std::uint8_t>(i / 16);
+  auto slot = Buffer<std::int32_t>::device(hot, Backend::cuda, "slot");
+  auto lru = Buffer<std::int32_t>::device(hot, Backend::cuda, "lru");
+  auto rows = Buffer<std::uint8_t>::device((hot + 1) * 16, Backend::cuda, "rows");
+  auto sel = Buffer<std::int32_t>::device(top_k, Backend::cuda, "sel");
+  auto lens = Buffer<std::int32_t>::device(1, Backend::cuda, "lens");
+  auto real = Buffer<std::int32_t>::device(1, Backend::cuda, "real");
+  auto out = Buffer<std::int32_t>::device(top_k, Backend::cuda, "out");
+  auto count = Buffer<std::int32_t>::device(1, Backend::cuda, "count");
+  auto ps = Buffer<std::int32_t>::device(top_k, Backend::cuda, "ps");
+  auto pt = Buffer<std::int32_t>::device(top_k, Backend::cuda, "pt");
+  upload(slot, {10, 11, 12, 13});
+  upload(lru, {0, 1, 2, 3});
+  upload(lens, {100});
+  upload(real, {1});
+  SwapInArgs a;
+  a.selected = sel.device_data();
+  a.seq_lens = lens.device_data();
+  a.num_real = real.device_data();
+  a.hot_buffer = {slot.device_data(), lru.device_data(), rows.device_data(), 16};
+  a.host_pool = {static_cast<const std::uint8_t*>(pool.device_data()), 0, 16};
+  a.copy_bytes = 16;
+  a.physical_rows = out.device_data();
+  a.plan = {count.device_data(), ps.device_data(), pt.device_data()};
+  a.batch = 1;
+  a.top_k = 2;
+  a.hot = hot;
+  upload(sel, {11, 12, -1, -1});
+  kernels::launch_swap_in(a, nullptr);
+  HISPARSE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download(lru), (std::vector<std::int32_t>{0, 3, 1, 2}));
+  EXPECT_EQ(download(out)[0], 1);
+  EXPECT_EQ(download(out)[1], 2);
+  a.top_k = 4;
+  upload(sel, {50, 11, 60, 99});
+  kernels::launch_swap_in(a, nullptr);
+  HISPARSE_CUDA_CHECK(cudaDeviceSynchronize());
+  // Hits 11 (slot 1) and 99 (newest, slot 4); evictable in LRU order [0, 3, 2]: 50 -> 0, 60 -> 3.
+  EXPECT_EQ(download(out), (std::vector<std::int32_t>{0, 1, 3, 4}));
+  EXPECT_EQ(download(slot), (std::vector<std::int32_t>{50, 11, 12, 60}));
+  EXPECT_EQ(download(lru), (std::vector<std::int32_t>{2, 0, 3, 1}));
+  const auto r = download(rows);
+  EXPECT_EQ(r[0], 50);
+  EXPECT_EQ(r[3 * 16 + 15], 60);
+  upload(real, {0});  // zero real requests: -1 and nothing touched
+  kernels::launch_swap_in(a, nullptr);
+  HISPARSE_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download(out), (std::vector<std::int32_t>{-1, -1, -1, -1}));
+  EXPECT_EQ(download(lru), (std::vector<std::int32_t>{2, 0, 3, 1}));
+#endif
+}
+
+TEST(HotcacheSwapInGpu, RandomMultiStepSequencesMatchTheTwinByteForByte) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  Rng rng(77);
+  for (int config = 0; config < 120; ++config) {  // 120 x 20 = 2,400 steps
+    Harness h(random_shape(rng), 1000 + static_cast<std::uint64_t>(config));
+    run_steps(h, 20, "config " + std::to_string(config));
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
+TEST(HotcacheSwapInGpu, LargeSelectionNeedsTheSharedMemoryOptIn) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  for (int hot : {4096, 8192}) {
+    Shape s;
+    s.requests = 4;
+    s.batch = 3;
+    s.top_k = 2048;
+    s.hot = hot;
+    s.row_bytes = s.row_stride = 656;
+    s.capacity = hot + 3 * 2048 + 64;
+    Harness h(s, 5 + static_cast<std::uint64_t>(hot));
+    run_steps(h, 6, "hot " + std::to_string(hot));
+    if (HasFatalFailure()) return;
+  }
+  Shape wide;  // batch 100: the copy kernel's chunk prefix spans several warp iterations
+  wide.requests = 130;
+  wide.batch = 100;
+  wide.top_k = 65;
+  wide.hot = 200;
+  wide.row_bytes = wide.row_stride = 1152;
+  wide.capacity = 600;
+  Harness h(wide, 99);
+  run_steps(h, 8, "batch 100");
+#endif
+}
+
+TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  Rng rng(9);
+  for (int config = 0; config < 12; ++config) {
+    Shape s = random_shape(rng);
+    Harness h(s, 500 + static_cast<std::uint64_t>(config));
+    Stream stream(Backend::cuda);
+    kernels::configure_swap_in(s.top_k, s.hot);  // not allowed while capturing
+    // Inputs live at fixed device addresses; the graph is captured once and replayed every step
+    // with new selections, lengths and number of real requests written in place.
+    h.make_step(s.batch);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
+    kernels::launch_swap_in(h.args(true), stream.native());
+    HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
+    HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int step = 0; step < 25; ++step) {
+      const int real = step % 5 == 4
+                           ? static_cast<int>(rng.below(static_cast<std::uint64_t>(s.batch) + 1))
+                           : s.batch;
+      h.make_step(real);
+      h.upload_inputs();
+      HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec, stream.native()));
+      stream.synchronize();
+      h.run_twin();
+      h.expect_equal("graph config " + std::to_string(config) + " step " + std::to_string(step));
+      if (HasFatalFailure()) break;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    if (HasFatalFailure()) return;
+    EXPECT_TRUE(h.pool_unchanged());
+  }
+#endif
+}
+
+TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpu) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  HotCacheConfig c;
+  c.requests = 3;
+  c.layers = 2;
+  c.capacity = 600;
+  c.row_bytes = 584;
+  c.padding = RowPadding::align16;
+  c.hot = 96;
+  c.top_k = 33;
+  c.backend = Backend::cpu;
+  HotCache cpu(c);
+  c.backend = Backend::cuda;
+  HotCache gpu(c);
+  for (int r = 0; r < c.requests; ++r)
+    for (int l = 0; l < c.layers; ++l)
+      for (std::int64_t t = 0; t < c.capacity; ++t)
+        for (std::size_t j = 0; j < gpu.pool().row_stride(); ++j)
+          cpu.pool().row(r, l, t)[j] = gpu.pool().row(r, l, t)[j] = static_cast<std::uint8_t>(
+              random_bits(3, static_cast<std::uint64_t>(((r * 2 + l) * 600 + t) * 600) + j));
+  for (int r = 0; r < c.requests; ++r) {
+    cpu.admit(r, 90 + 20 * r);
+    gpu.admit(r, 90 + 20 * r);
+  }
+  Rng rng(4);
+  Stream cpu_stream(Backend::cpu), gpu_stream(Backend::cuda);
+  auto d_sel = Buffer<std::int32_t>::device(3 * 33, Backend::cuda, "sel");
+  auto d_lens = Buffer<std::int64_t>::device(3, Backend::cuda, "lens");
+  auto d_real = Buffer<std::int32_t>::device(1, Backend::cuda, "real");
+  auto d_out = Buffer<std::int32_t>::device(3 * 33, Backend::cuda, "out");
+  std::vector<std::int64_t> lens{90, 110, 130};
+  const std::int32_t real = 3;
+  upload(d_real, {real});
+  for (int step = 0; step < 40; ++step) {
+    const int layer = step % 2;
+    std::vector<std::int32_t> sel(3 * 33), out(3 * 33);
+    for (int b = 0; b < 3; ++b)
+      for (int i = 0; i < 33; ++i)
+        sel[static_cast<std::size_t>(b * 33 + i)] = static_cast<std::int32_t>(
+            lens[b] - 1 - static_cast<std::int64_t>(rng.below(rng.below(2) ? 40 : 200)));
+    upload(d_sel, sel);
+    upload(d_lens, lens);
+    const SwapInStats a = cpu.swap_in(
+        layer, {sel.data(), lens.data(), true, &real, nullptr, 3, out.data()}, cpu_stream);
+    const SwapInStats b = gpu.swap_in(layer,
+                                      {d_sel.device_data(), d_lens.device_data(), true,
+                                       d_real.device_data(), nullptr, 3, d_out.device_data()},
+                                      gpu_stream);
+    ASSERT_EQ(download(d_out), out) << step;
+    EXPECT_EQ(a.hits, b.hits);
+    EXPECT_EQ(a.misses, b.misses);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_EQ(b.bytes, b.misses * 592);
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_EQ(cpu.hot_buffer().slot_tokens(layer, r), gpu.hot_buffer().slot_tokens(layer, r));
+      ASSERT_EQ(cpu.hot_buffer().lru_order(layer, r), gpu.hot_buffer().lru_order(layer, r));
+      for (int slot = 0; slot < c.hot; ++slot)
+        ASSERT_EQ(cpu.hot_buffer().row(layer, r, slot), gpu.hot_buffer().row(layer, r, slot));
+    }
+    if (layer == 1)
+      for (auto& l : lens) ++l;
+  }
+#endif
+}
+
+TEST(HotcacheSwapInGpu, PinnedPoolFailureNamesTheSize) {
+  HISPARSE_REQUIRE_GPU();
+  try {
+    HostKvPool pool({1024, 1024, 1 << 20, 1024}, Backend::cuda);  // 1 PiB
+    FAIL() << "pinned 1 PiB";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(
+        msg.find(
+            "host KV pool (1024 requests x 1024 layers x 1048576 tokens x 1024 B): cannot pin"),
+        std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("raise the memlock limit"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace hisparse

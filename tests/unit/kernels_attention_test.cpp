@@ -1,0 +1,194 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "kernels/attention/decode_attention.hpp"
+#include "kernels/attention/rope.hpp"
+
+namespace hisparse::kernels {
+namespace {
+
+TEST(KernelsAttention, TwoTokensByHand) {
+  // logits 0 and ln 3: weights 1/4 and 3/4 of v0 = (4, 0) and v1 = (0, 8) -> (1, 6).
+  const std::vector<float> q{1.0f, 0.0f};
+  const std::vector<float> k{0.0f, 0.0f, std::log(3.0f), 0.0f};
+  const std::vector<float> v{4.0f, 0.0f, 0.0f, 8.0f};
+  const std::vector<std::int64_t> len{2};
+  std::vector<float> out(2, -1.0f);
+  DecodeAttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.seq_lens = len.data();
+  a.out = out.data();
+  a.batch = 1;
+  a.q_heads = 1;
+  a.kv_heads = 1;
+  a.qk_dim = 2;
+  a.v_dim = 2;
+  a.capacity = 2;
+  decode_attention_ref(a);
+  EXPECT_NEAR(out[0], 1.0f, 1e-6f);
+  EXPECT_NEAR(out[1], 6.0f, 1e-6f);
+}
+
+TEST(KernelsAttention, SparseIndicesSkipMinusOneAndUseScale) {
+  // Three rows; selection {2, -1, 0}: row 1 is ignored. scale 0.5: logits 0.5*2 = 1 and 0.
+  const std::vector<float> q{2.0f};
+  const std::vector<float> k{0.0f, 100.0f, 1.0f};
+  const std::vector<float> v{10.0f, -50.0f, 20.0f};
+  const std::vector<std::int32_t> idx{2, -1, 0};
+  std::vector<float> out(1);
+  DecodeAttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.indices = idx.data();
+  a.out = out.data();
+  a.batch = 1;
+  a.q_heads = 1;
+  a.kv_heads = 1;
+  a.qk_dim = 1;
+  a.v_dim = 1;
+  a.capacity = 3;
+  a.top_k = 3;
+  a.scale = 0.5f;
+  decode_attention_ref(a);
+  const float e = std::exp(1.0f);
+  EXPECT_NEAR(out[0], (e * 20.0f + 10.0f) / (e + 1.0f), 1e-5f);
+  // Every entry -1: the head reads nothing and outputs zero.
+  const std::vector<std::int32_t> none{-1, -1, -1};
+  a.indices = none.data();
+  out[0] = 7.0f;
+  decode_attention_ref(a);
+  EXPECT_EQ(out[0], 0.0f);
+}
+
+TEST(KernelsAttention, GqaHeadsReadTheirKvHeadAndMlaStridesWork) {
+  // 2 query heads share KV head 0, 2 more share KV head 1; one token each: output = its value.
+  const std::vector<float> q(4 * 2, 1.0f);
+  const std::vector<float> k{1, 1, 1, 1};
+  const std::vector<float> v{3, 4, 5, 6};
+  const std::vector<std::int64_t> len{1};
+  std::vector<float> out(4 * 2);
+  DecodeAttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.seq_lens = len.data();
+  a.out = out.data();
+  a.batch = 1;
+  a.q_heads = 4;
+  a.kv_heads = 2;
+  a.qk_dim = 2;
+  a.v_dim = 2;
+  a.capacity = 1;
+  decode_attention_ref(a);
+  EXPECT_EQ(out, (std::vector<float>{3, 4, 3, 4, 5, 6, 5, 6}));
+  // MLA: rows [c0 c1 | r], v aliases k with v_dim 2: the output is the attended latent.
+  const std::vector<float> rows{1, 2, 0, 3, 4, 0};
+  const std::vector<float> q1{0, 0, 1};
+  const std::vector<std::int64_t> len2{2};
+  std::vector<float> lat(2);
+  DecodeAttentionArgs m;
+  m.q = q1.data();
+  m.k = rows.data();
+  m.v = rows.data();
+  m.seq_lens = len2.data();
+  m.out = lat.data();
+  m.batch = 1;
+  m.q_heads = 1;
+  m.kv_heads = 1;
+  m.qk_dim = 3;
+  m.v_dim = 2;
+  m.capacity = 2;
+  m.k_row_stride = 3;
+  m.v_row_stride = 3;
+  decode_attention_ref(m);
+  EXPECT_NEAR(lat[0], 2.0f, 1e-6f);  // equal logits: mean of (1,2) and (3,4)
+  EXPECT_NEAR(lat[1], 3.0f, 1e-6f);
+}
+
+TEST(KernelsAttention, SparseOverAllRowsInOrderEqualsDenseExactly) {
+  const int heads = 4, dim = 16, n = 37;
+  std::vector<float> q(heads * dim), k(n * dim), v(n * dim);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = random_normal(1, i);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = random_normal(2, i), v[i] = random_normal(3, i);
+  std::vector<std::int32_t> idx(40, -1);
+  for (int i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
+  const std::vector<std::int64_t> len{n};
+  std::vector<float> dense(heads * dim), sparse(heads * dim);
+  DecodeAttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.seq_lens = len.data();
+  a.out = dense.data();
+  a.batch = 1;
+  a.q_heads = heads;
+  a.kv_heads = 1;
+  a.qk_dim = dim;
+  a.v_dim = dim;
+  a.capacity = n;
+  a.scale = 0.25f;
+  decode_attention_ref(a);
+  a.indices = idx.data();
+  a.top_k = 40;
+  a.out = sparse.data();
+  decode_attention_ref(a);
+  EXPECT_EQ(dense, sparse);
+}
+
+TEST(KernelsRope, RotatesPairsByPositionTimesFrequency) {
+  // dim 4, theta 100: pair (0,2) turns by pos * 1, pair (1,3) by pos * 100^(-1/2) = pos / 10.
+  std::vector<float> x{1, 1, 0, 0};
+  const std::vector<std::int64_t> pos{10};
+  RopeArgs a;
+  a.x = x.data();
+  a.positions = pos.data();
+  a.rows = 1;
+  a.heads = 1;
+  a.head_stride = 4;
+  a.dim = 4;
+  a.theta = 100.0f;
+  rope_ref(a);
+  EXPECT_NEAR(x[0], std::cos(10.0f), 1e-6f);
+  EXPECT_NEAR(x[2], std::sin(10.0f), 1e-6f);
+  EXPECT_NEAR(x[1], std::cos(1.0f), 1e-6f);
+  EXPECT_NEAR(x[3], std::sin(1.0f), 1e-6f);
+}
+
+TEST(KernelsRope, OffsetTouchesOnlyTheRopeTailAndPositionZeroIsIdentity) {
+  // Two heads of [nope nope | r0 r1]; only channels 2, 3 of each head rotate.
+  std::vector<float> x{5, 6, 1, 0, 7, 8, 0, 1};
+  const std::vector<std::int64_t> pos{1};
+  RopeArgs a;
+  a.x = x.data();
+  a.positions = pos.data();
+  a.rows = 1;
+  a.heads = 2;
+  a.head_stride = 4;
+  a.offset = 2;
+  a.dim = 2;
+  rope_ref(a);
+  EXPECT_EQ(x[0], 5.0f);
+  EXPECT_EQ(x[5], 8.0f);
+  EXPECT_NEAR(x[2], std::cos(1.0f), 1e-6f);
+  EXPECT_NEAR(x[3], std::sin(1.0f), 1e-6f);
+  EXPECT_NEAR(x[6], -std::sin(1.0f), 1e-6f);
+  EXPECT_NEAR(x[7], std::cos(1.0f), 1e-6f);
+  std::vector<float> y{1, 2, 3, 4};
+  const std::vector<std::int64_t> zero{0};
+  a.x = y.data();
+  a.positions = zero.data();
+  a.heads = 1;
+  a.offset = 0;
+  a.dim = 4;
+  rope_ref(a);
+  EXPECT_EQ(y, (std::vector<float>{1, 2, 3, 4}));
+}
+
+}  // namespace
+}  // namespace hisparse::kernels

@@ -1,0 +1,215 @@
+// Every validation rule of a scenario, with its exact one-line message (file:line:column: key:
+// problem; fix).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "scenario/scenario.hpp"
+
+namespace hisparse {
+namespace {
+
+std::string error_of(const std::string& text) {
+  try {
+    (void)parse_scenario(text, "s.yaml");
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ScenarioValidation, AcceptsAFullScenario) {
+  EXPECT_EQ(error_of(R"(
+name: full-1.0
+description: every key
+model: tiny-gqa
+backend: cpu
+mode: fathom
+concurrency: 2
+context_length: 1024
+decode_steps: 3
+warmup_steps: 0
+top_k: 64
+hot_buffer: 128
+budget_bits: 128
+policy: belady
+workload: {generator: synthetic, seed: 5, channel_spread_decades: 2, outlier_channels: 1,
+           outlier_scale: 8, sink_tokens: 2, recency_bias: 1, query_drift: 0, replay_path: ""}
+outputs: {dir: out, formats: [md]}
+trace: {enabled: false, steps: 2}
+)"),
+            "no error");
+}
+
+TEST(ScenarioValidation, UnknownKeysSuggestTheNearest) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\ncontext_lenght: 5\n"),
+            "s.yaml:3:1: context_lenght: unknown key; did you mean 'context_length'?");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nworkload:\n  seeed: 5\n"),
+            "s.yaml:4:3: workload.seeed: unknown key; did you mean 'seed'?");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nsweep:\n  batch: [1]\n"),
+            "s.yaml:4:3: sweep.batch: unknown key; use one of model, mode, context_length, top_k, "
+            "hot_buffer, budget_bits, policy, concurrency");
+}
+
+TEST(ScenarioValidation, WrongTypes) {
+  EXPECT_EQ(
+      error_of("name: a\nmodel: tiny-gqa\ncontext_length: 1.5\n"),
+      "s.yaml:3:17: context_length: expected an integer, got '1.5'; write a whole number such "
+      "as 1");
+  EXPECT_EQ(
+      error_of("name: a\nmodel: tiny-gqa\nworkload: {recency_bias: high}\n"),
+      "s.yaml:3:26: workload.recency_bias: expected a number, got 'high'; write a number such "
+      "as 0.5");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\ntrace: {enabled: maybe}\n"),
+            "s.yaml:3:18: trace.enabled: expected true or false, got 'maybe'; write true or false");
+  EXPECT_EQ(error_of("name: a\nmodel: [tiny-gqa]\n"),
+            "s.yaml:2:8: model: expected a string, got a list; write a single value");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nsweep:\n  concurrency: 4\n"),
+            "s.yaml:4:16: sweep.concurrency: expected a list of values; write e.g. 'concurrency: "
+            "[a, b]'");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\ntop_k:\n"),
+            "s.yaml:3:1: top_k: missing value; write an integer after 'top_k:'");
+}
+
+TEST(ScenarioValidation, RequiredKeysAndEmptyDocument) {
+  EXPECT_EQ(error_of("model: tiny-gqa\n"),
+            "s.yaml:1:1: name: missing required key; add 'name: <identifier>'");
+  EXPECT_EQ(
+      error_of("name: a\n"),
+      "s.yaml:1:1: model: missing required key; add 'model: <preset or path>' (hisparse-bench "
+      "list models) or sweep.model");
+  EXPECT_EQ(error_of(""),
+            "s.yaml:1:1: name: the scenario is empty; write at least 'name:' and "
+            "'model:' (see scenarios/quick.yaml)");
+  EXPECT_EQ(
+      error_of("name: a b\nmodel: tiny-gqa\n"),
+      "s.yaml:1:7: name: 'a b' is not an identifier; use letters, digits, '.', '_' and '-' only");
+}
+
+TEST(ScenarioValidation, EmptySweepAndDuplicates) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nsweep: {mode: []}\n"),
+            "s.yaml:3:15: sweep.mode: empty sweep (no values); list at least one value, or remove "
+            "the axis");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nsweep: {concurrency: [1, 2, 1]}\n"),
+            "s.yaml:3:29: sweep.concurrency: value '1' is listed twice; list each value once");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\noutputs: {formats: []}\n"),
+            "s.yaml:3:20: outputs.formats: no output format; list at least one of json, csv, md");
+}
+
+TEST(ScenarioValidation, RangesOfSingleValues) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nconcurrency: 0\n"),
+            "s.yaml:3:14: concurrency: 0 is out of range; use 1 or more");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nhot_buffer: 32769\n"),
+            "s.yaml:3:13: hot_buffer: 32769 is out of range; use a value from 0 to 32768");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nbudget_bits: -1\n"),
+            "s.yaml:3:14: budget_bits: -1 is out of range; use 0 or more");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\ndecode_steps: 0\n"),
+            "s.yaml:3:15: decode_steps: 0 is out of range; use a value from 1 to 1000000");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nworkload: {query_drift: 1.5}\n"),
+            "s.yaml:3:25: workload.query_drift: 1.5 is out of range; use a value from 0 to 1");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nconcurrency: 99999999999999999999\n"),
+            "s.yaml:3:14: concurrency: 99999999999999999999 is out of range; use 1 or more");
+}
+
+TEST(ScenarioValidation, UnknownNamesSuggestTheNearest) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisprase\n"),
+            "s.yaml:3:7: mode: unknown value 'hisprase'; did you mean 'hisparse'?");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\npolicy: optimal\n"),
+            "s.yaml:3:9: policy: unknown value 'optimal'; use one of lru, fifo, random, belady");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nbackend: gpu\n"),
+            "s.yaml:3:10: backend: unknown value 'gpu'; did you mean 'cpu'?");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqb\n"),
+            "s.yaml:2:8: model: unknown model 'tiny-gqb'; did you mean 'tiny-gqa'?");
+  EXPECT_EQ(error_of("name: a\nmodel: models/none.yaml\n"),
+            "s.yaml:2:8: model: model file 'models/none.yaml' does not exist; give a path relative "
+            "to the scenario file, or a preset name (hisparse-bench list models)");
+}
+
+TEST(ScenarioValidation, TopKAboveContext) {
+  EXPECT_EQ(
+      error_of("name: a\nmodel: tiny-gqa\nmode: sparse-gpu\ncontext_length: 100\ntop_k: 128\n"),
+      "s.yaml:5:8: top_k: top_k 128 is larger than context_length 100; use top_k <= 100 or a "
+      "longer context");
+  // The default top_k (2048 for a model without an indexer) blames the context length.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: sparse-gpu\ncontext_length: 100\n"),
+            "s.yaml:4:17: context_length: top_k 2048 is larger than context_length 100; use top_k "
+            "<= 100 or a longer context");
+  // Dense mode selects nothing: no rule.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\ncontext_length: 100\ntop_k: 128\n"), "no error");
+  // In a sweep the offending value is named.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: sparse-gpu\ncontext_length: 100\n"
+                     "sweep: {top_k: [64, 200]}\n"),
+            "s.yaml:5:21: sweep.top_k: top_k 200 is larger than context_length 100; use top_k <= "
+            "100 or a longer context");
+}
+
+TEST(ScenarioValidation, HotBufferRules) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\nmode: hisparse\ncontext_length: 1024\ntop_k: 64\n"
+                     "hot_buffer: 63\n"),
+            "s.yaml:6:13: hot_buffer: hot_buffer 63 is smaller than top_k 64; use hot_buffer >= 64 "
+            "(0 means 2 * top_k)");
+  // The default hot buffer (2 * top_k) above the limit blames top_k.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\nmode: hisparse\ncontext_length: 100000\n"
+                     "top_k: 20000\n"),
+            "s.yaml:5:8: top_k: hot_buffer 40000 exceeds the 32768-slot limit; use at most 32768 "
+            "slots (top_k <= 16384 with the default hot_buffer)");
+  // Not a hisparse mode: the hot buffer is unused.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\nmode: sparse-gpu\ncontext_length: 1024\ntop_k: 64\n"
+                     "hot_buffer: 63\n"),
+            "no error");
+}
+
+TEST(ScenarioValidation, ModeAndModelMismatch) {
+  EXPECT_EQ(
+      error_of("name: a\nmodel: tiny-dsa\nmode: fathom\n"),
+      "s.yaml:3:7: mode: mode 'fathom' needs a GQA model, but 'tiny-dsa' uses MLA; use dense, "
+      "sparse-gpu or hisparse with this model, or a GQA model");
+  EXPECT_EQ(
+      error_of("name: a\nmodel: tiny-gqa\nmode: hisparse\n"),
+      "s.yaml:3:7: mode: mode hisparse needs a model with a DSA indexer (tiny-gqa has none); use "
+      "a mode that 'tiny-gqa' supports (hisparse-bench plan --model tiny-gqa)");
+}
+
+TEST(ScenarioValidation, BudgetBitsUpToFourBitsPerChannel) {
+  const std::string base =
+      "name: a\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 1024\ntop_k: 64\n";
+  EXPECT_EQ(error_of(base + "budget_bits: 128\n"), "no error");  // head_dim 32: 4 * 32
+  EXPECT_EQ(
+      error_of(base + "budget_bits: 129\n"),
+      "s.yaml:6:14: budget_bits: budget_bits 129 is above 4 * head_dim = 128 of 'tiny-gqa'; use "
+      "a budget from 0 to 128");
+}
+
+TEST(ScenarioValidation, ReplayNeedsAPath) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nworkload: {generator: replay}\n"),
+            "s.yaml:3:23: workload.generator: generator 'replay' needs workload.replay_path; set "
+            "workload.replay_path to captured q/k tensors, or use generator 'synthetic'");
+}
+
+TEST(ScenarioValidation, SyntaxErrorHasLineAndColumn) {
+  const std::string e = error_of("name: a\nmodel: tiny-gqa\nsweep: {mode: [dense}\n");
+  EXPECT_EQ(e.rfind("s.yaml:3:", 0), 0u) << e;
+  EXPECT_NE(e.find("YAML syntax error: "), std::string::npos) << e;
+  EXPECT_NE(e.find("; fix the YAML syntax at that position"), std::string::npos) << e;
+}
+
+TEST(ScenarioValidation, FindScenarioByNameOrPath) {
+  EXPECT_EQ(find_scenario("quick", "x").filename(), "quick.yaml");
+  try {
+    (void)find_scenario("quik", "run: SCENARIO");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "run: SCENARIO: no scenario file 'quik'; did you mean 'quick'?");
+  }
+}
+
+TEST(ScenarioValidation, NearestNameNeedsAReasonableMatch) {
+  EXPECT_EQ(nearest_name("concurency", {"concurrency", "context_length"}), "concurrency");
+  EXPECT_EQ(nearest_name("zzzzzz", {"concurrency", "context_length"}), "");
+}
+
+}  // namespace
+}  // namespace hisparse

@@ -1,0 +1,37 @@
+// The subcommands of hisparse-bench. Each returns the process exit code (core/error.hpp
+// exit_code) and throws hisparse::Error for bad input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hisparse::cli {
+
+/// Flags shared by the subcommands (each subcommand registers the ones it uses).
+struct CommonOptions {
+  std::string out;                ///< --out DIR
+  std::string backend;            ///< --backend; empty: the scenario's (or auto)
+  std::vector<std::string> sets;  ///< --set key=value, in order
+  bool json = false;              ///< --json: machine-readable stdout only
+  bool quiet = false;             ///< --quiet: errors only
+  std::string command_line;       ///< argv joined, for results.json
+};
+
+struct PlanOptions {
+  std::string model;
+  std::int64_t context = 131072;
+  double gpu_mem_gib = 141.0;
+  int top_k = 0;
+  int hot_buffer = 0;
+  int budget_bits = 48;
+  double host_mem_gib = 0.0;
+};
+
+int run_command(const std::string& scenario, const CommonOptions& o);
+int validate_command(const std::vector<std::string>& scenarios, const CommonOptions& o);
+int list_command(const std::string& what, const CommonOptions& o);
+int plan_command(const PlanOptions& p, const CommonOptions& o);
+int info_command(const CommonOptions& o);
+
+}  // namespace hisparse::cli

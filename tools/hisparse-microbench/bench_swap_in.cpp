@@ -1,0 +1,215 @@
+// Swap-in microbenchmark: batch x hot x row bytes x miss rate at top_k 2048, 32K context, over a
+// host pool of 1, 16 or 64 GB (each request's rows in its own contiguous region, regions spread
+// over the whole pool). Each iteration restores the hot-buffer tables (so every call sees the
+// same miss rate), flushes L2, then times one CUDA-graph replay of the swap-in (resolve + copy).
+// Counters: us per call, missed GB/s, fraction of the measured PCIe H2D ceiling, misses per call.
+// Names: swap_in/pool_gb:<P>/batch:<B>/hot:<H>/row:<R>/miss:<M>.
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "kernels/hotcache/swap_in.hpp"
+#include "microbench_util.hpp"
+
+namespace hisparse::microbench {
+namespace {
+
+constexpr int kTopK = 2048;
+constexpr std::int64_t kContext = 32768;
+constexpr int kVariants =
+    4;  ///< distinct selections cycled through, so L2 never holds a call's misses
+
+struct SwapInCase {
+  int pool_gb;
+  int batch;
+  int hot;
+  std::size_t row_bytes;
+  double miss_rate;
+};
+
+#if HISPARSE_WITH_CUDA
+template <class T>
+Buffer<T> device_copy(const std::vector<T>& host, const char* label) {
+  auto b = Buffer<T>::device(host.size(), Backend::cuda, label);
+  copy_bytes(b.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
+  return b;
+}
+
+void run_swap_in(benchmark::State& state, const SwapInCase& c) {
+  const std::size_t pool_bytes = static_cast<std::size_t>(c.pool_gb) << 30;
+  const Allocation& pool = cached_pinned_pool(pool_bytes);
+  const std::size_t stride = c.row_bytes;
+  const std::size_t region = static_cast<std::size_t>(kContext) * stride;
+  if (region > pool_bytes)
+    throw Error("swap_in benchmark", "pool smaller than one request's region");
+  // Spread the requests' regions over the whole pool (overlapping when the pool is small).
+  std::size_t request_stride =
+      c.batch > 1 ? (pool_bytes - region) / static_cast<std::size_t>(c.batch - 1) : 0;
+  request_stride = request_stride / 64 / stride * 64 * stride;
+
+  const auto batch = static_cast<std::size_t>(c.batch);
+  const auto hot = static_cast<std::size_t>(c.hot);
+  // Slot s holds token s; LRU order 0..hot-1. Hits are resident tokens, misses are tokens in
+  // [hot, context - 1), all distinct, drawn at random over the request's region.
+  std::vector<std::int32_t> slot_token(batch * hot), lru(batch * hot);
+  for (std::size_t b = 0; b < batch; ++b) {
+    std::iota(slot_token.begin() + static_cast<std::ptrdiff_t>(b * hot),
+              slot_token.begin() + static_cast<std::ptrdiff_t>((b + 1) * hot), 0);
+    std::iota(lru.begin() + static_cast<std::ptrdiff_t>(b * hot),
+              lru.begin() + static_cast<std::ptrdiff_t>((b + 1) * hot), 0);
+  }
+  const int misses_per_request = static_cast<int>(std::lround(c.miss_rate * kTopK));
+  Rng rng(42);
+  std::vector<std::int32_t> variants(kVariants * batch * kTopK);
+  for (std::size_t v = 0; v < kVariants; ++v)
+    for (std::size_t b = 0; b < batch; ++b) {
+      std::int32_t* sel = variants.data() + (v * batch + b) * kTopK;
+      std::vector<std::int32_t> hits(hot);
+      std::iota(hits.begin(), hits.end(), 0);
+      for (int i = 0; i < kTopK - misses_per_request; ++i) {  // partial Fisher-Yates: distinct hits
+        std::swap(hits[static_cast<std::size_t>(i)],
+                  hits[static_cast<std::size_t>(i) + rng.below(hot - static_cast<std::size_t>(i))]);
+        sel[i] = hits[static_cast<std::size_t>(i)];
+      }
+      std::vector<char> used(static_cast<std::size_t>(kContext), 0);
+      for (int i = kTopK - misses_per_request; i < kTopK; ++i) {
+        std::int32_t t;
+        do {
+          t = static_cast<std::int32_t>(hot +
+                                        rng.below(static_cast<std::uint64_t>(kContext - 1) - hot));
+        } while (used[static_cast<std::size_t>(t)]);
+        used[static_cast<std::size_t>(t)] = 1;
+        sel[i] = t;
+      }
+    }
+
+  auto d_slot0 = device_copy(slot_token, "slot table snapshot");
+  auto d_lru0 = device_copy(lru, "LRU snapshot");
+  auto d_slot = device_copy(slot_token, "slot table");
+  auto d_lru = device_copy(lru, "LRU order");
+  auto d_variants = device_copy(variants, "selections");
+  auto d_sel = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "selection");
+  auto d_lens = device_copy(std::vector<std::int32_t>(batch, static_cast<std::int32_t>(kContext)),
+                            "seq_lens");
+  auto d_real = device_copy(std::vector<std::int32_t>{c.batch}, "num_real");
+  auto d_rows = Buffer<std::uint8_t>::device(batch * (hot + 1) * stride, Backend::cuda, "hot rows");
+  auto d_out = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "physical rows");
+  auto d_stats = Buffer<std::int32_t>::device(2 * batch, Backend::cuda, "stats");
+  auto d_count = Buffer<std::int32_t>::device(batch, Backend::cuda, "plan count");
+  auto d_plan_slot = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "plan slot");
+  auto d_plan_token = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "plan token");
+
+  kernels::SwapInArgs a;
+  a.selected = d_sel.device_data();
+  a.seq_lens = d_lens.device_data();
+  a.num_real = d_real.device_data();
+  a.hot_buffer = {d_slot.device_data(), d_lru.device_data(), d_rows.device_data(), stride};
+  a.host_pool = {static_cast<const std::uint8_t*>(pool.device_data()), request_stride, stride};
+  a.copy_bytes = c.row_bytes;
+  a.physical_rows = d_out.device_data();
+  a.stats = d_stats.device_data();
+  a.plan = {d_count.device_data(), d_plan_slot.device_data(), d_plan_token.device_data()};
+  a.batch = c.batch;
+  a.top_k = kTopK;
+  a.hot = c.hot;
+  kernels::configure_swap_in(kTopK, c.hot);
+
+  Stream stream(Backend::cuda);
+  L2Flusher l2;
+  GpuTimer timer(stream);
+  const CapturedGraph graph(stream, [&](cudaStream_t s) { kernels::launch_swap_in(a, s); });
+  const std::size_t table_bytes = batch * hot * sizeof(std::int32_t);
+  auto prepare = [&](std::size_t v) {
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(
+        d_sel.device_data(), d_variants.device_data() + v * batch * kTopK,
+        batch * kTopK * sizeof(std::int32_t), cudaMemcpyDeviceToDevice, stream.native()));
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_slot.device_data(), d_slot0.device_data(), table_bytes,
+                                        cudaMemcpyDeviceToDevice, stream.native()));
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_lru.device_data(), d_lru0.device_data(), table_bytes,
+                                        cudaMemcpyDeviceToDevice, stream.native()));
+    l2.flush(stream);
+  };
+
+  // Warm-up replay, and a check that the call misses exactly what the case asks for.
+  prepare(0);
+  graph.launch(stream);
+  stream.synchronize();
+  std::vector<std::int32_t> counts(batch);
+  copy_bytes(counts.data(), d_count.device_data(), batch * sizeof(std::int32_t), Backend::cuda);
+  const std::int64_t misses = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  if (misses != static_cast<std::int64_t>(misses_per_request) * c.batch) {
+    state.SkipWithError(
+        fmt::format("expected {} misses per call, got {}", misses_per_request * c.batch, misses)
+            .c_str());
+    return;
+  }
+
+  double total_seconds = 0.0;
+  std::size_t v = 0;
+  for (auto _ : state) {
+    prepare(v++ % kVariants);
+    timer.start();
+    graph.launch(stream);
+    const double seconds = timer.stop_seconds();
+    state.SetIterationTime(seconds);
+    total_seconds += seconds;
+  }
+  const double per_call = total_seconds / static_cast<double>(state.iterations());
+  const double missed_bytes = static_cast<double>(misses) * static_cast<double>(c.row_bytes);
+  const double gbps = missed_bytes / per_call / 1e9;
+  state.counters["us_per_call"] = per_call * 1e6;
+  state.counters["missed_GBps"] = gbps;
+  state.counters["pcie_fraction"] = gbps / pcie_h2d_gbps();
+  state.counters["misses"] = static_cast<double>(misses);
+  state.counters["pool_GB"] = c.pool_gb;
+  state.SetLabel(fmt::format("pool {} GiB, request regions {} MiB apart, PCIe ceiling {:.1f} GB/s",
+                             c.pool_gb, request_stride >> 20, pcie_h2d_gbps()));
+}
+#endif
+
+void bench_swap_in(benchmark::State& state, SwapInCase c) {
+  std::string why;
+  if (!cuda_available(&why)) {
+    state.SkipWithError(("swap_in needs a GPU: " + why).c_str());
+    return;
+  }
+#if HISPARSE_WITH_CUDA
+  try {
+    run_swap_in(state, c);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+#else
+  (void)c;
+#endif
+}
+
+bool register_swap_in() {
+  for (int pool_gb : {1, 16, 64})  // outermost: one pinned pool alive at a time
+    for (std::size_t row : {656, 584, 1152})
+      for (int hot : {4096, 2048, 8192})
+        for (int batch : {1, 8, 16, 32, 64, 100, 128})
+          for (double miss : {0.001, 0.2, 1.0}) {
+            const SwapInCase c{pool_gb, batch, hot, row, miss};
+            benchmark::RegisterBenchmark(
+                fmt::format("swap_in/pool_gb:{}/batch:{}/hot:{}/row:{}/miss:{}", pool_gb, batch,
+                            hot, row, miss)
+                    .c_str(),
+                bench_swap_in, c)
+                ->UseManualTime()
+                ->Unit(benchmark::kMicrosecond)
+                ->Iterations(iterations());
+          }
+  return true;
+}
+
+[[maybe_unused]] const bool registered = register_swap_in();
+
+}  // namespace
+}  // namespace hisparse::microbench

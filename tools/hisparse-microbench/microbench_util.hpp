@@ -1,0 +1,108 @@
+// Helpers shared by the microbenchmarks: a CUDA-event timer, the measured PCIe ceiling, a
+// CUDA-graph capture of a launch sequence, an L2 flush, a cached pinned host pool, and the
+// iteration count.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "bench/ceilings.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device.hpp"
+#include "core/memory.hpp"
+#include "core/stream.hpp"
+
+namespace hisparse::microbench {
+
+/// Iterations per benchmark: HISPARSE_MICROBENCH_ITERS (default 50). Each iteration is one timed
+/// call preceded by an untimed state reset and L2 flush.
+inline int iterations() {
+  const char* env = std::getenv("HISPARSE_MICROBENCH_ITERS");
+  const int n = env ? std::atoi(env) : 0;
+  return n > 0 ? n : 50;
+}
+
+#if HISPARSE_WITH_CUDA
+/// Times GPU work on a stream with a pair of events.
+class GpuTimer {
+ public:
+  explicit GpuTimer(const Stream& stream)
+      : stream_(stream), start_(Backend::cuda), stop_(Backend::cuda) {}
+  void start() { start_.record(stream_); }
+  /// Records the stop event, waits, and returns seconds.
+  double stop_seconds() {
+    stop_.record(stream_);
+    stop_.synchronize();
+    return Event::elapsed_ms(start_, stop_) * 1e-3;
+  }
+
+ private:
+  const Stream& stream_;
+  Event start_, stop_;
+};
+
+/// Pinned host -> device cudaMemcpy bandwidth (GB/s), measured once per process (256 MiB copies).
+inline double pcie_h2d_gbps() {
+  static const double gbps = measure_ceilings(Device::cuda(), std::size_t{256} << 20, 5).h2d_gbps;
+  return gbps;
+}
+
+/// A captured launch sequence, replayed with one cudaGraphLaunch.
+class CapturedGraph {
+ public:
+  CapturedGraph(const Stream& stream, const std::function<void(cudaStream_t)>& launches) {
+    HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
+    launches(stream.native());
+    cudaGraph_t graph = nullptr;
+    HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
+    HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
+    HISPARSE_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+  void launch(const Stream& stream) const {
+    HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec_, stream.native()));
+  }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+/// Evicts the L2 by writing twice its size (call before a timed region, outside it).
+class L2Flusher {
+ public:
+  L2Flusher() {
+    const auto props = Device::cuda().properties();
+    buffer_ = Allocation::device(2 * std::max<std::size_t>(props.l2_bytes, std::size_t{1} << 20),
+                                 Backend::cuda, "L2 flush buffer");
+  }
+  void flush(const Stream& stream) {
+    HISPARSE_CUDA_CHECK(
+        cudaMemsetAsync(buffer_.device_data(), ++value_ & 0xff, buffer_.bytes(), stream.native()));
+  }
+
+ private:
+  Allocation buffer_;
+  int value_ = 0;
+};
+#endif
+
+/// One pinned (mapped) host pool kept across benchmarks: asking for another size frees the old
+/// pool first, so a 64 GB pool never coexists with a 16 GB one. Throws Error when pinning fails.
+inline const Allocation& cached_pinned_pool(std::size_t bytes) {
+  static std::unique_ptr<Allocation> pool;
+  if (!pool || pool->bytes() != bytes) {
+    pool.reset();
+    pool = std::make_unique<Allocation>(
+        Allocation::pinned(bytes, Backend::cuda, "microbench host KV pool"));
+  }
+  return *pool;
+}
+
+}  // namespace hisparse::microbench
