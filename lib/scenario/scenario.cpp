@@ -261,7 +261,8 @@ class ScenarioParser {
         ordered_swept_.push_back(rule.name);
     s.swept = ordered_swept_;
 
-    for (const auto& m : s.values.at("model")) s.models.emplace(m.text, load(m));
+    const std::vector<AxisValue> model_values = s.values.at("model");
+    for (const auto& m : model_values) s.models.emplace(m.text, load(m));
     if (s.workload.generator == "replay" && s.workload.replay_path.empty())
       throw Error(r_.where("workload.generator", root["workload"]["generator"]),
                   "generator 'replay' needs workload.replay_path",

@@ -328,12 +328,12 @@ std::vector<StepPhaseTimes> phase_breakdown(const Timeline& timeline) {
     steps[step].step = step;
   }
   for (const auto& [step, e] : extent)
-    steps[step].wall_ms = static_cast<double>(e.second - e.first) * 1e-6;
+    steps[step].wall_ms = static_cast<double>(e.second - e.first) / 1e6;
   for (const auto& a : timeline.activities()) {
     if (a.step < 0) continue;
     auto& s = steps[a.step];
     s.step = a.step;
-    const double ms = static_cast<double>(a.end_ns - a.start_ns) * 1e-6;
+    const double ms = static_cast<double>(a.end_ns - a.start_ns) / 1e6;
     s.gpu_ms += ms;
     s.phase_ms[phase_name(a.phase)] += ms;
     if (a.kind == ActivityKind::kernel)

@@ -52,7 +52,8 @@ TEST(CliCommands, PlanGlmMatchesHandArithmetic) {
   const std::int64_t hot = std::int64_t{132} * 78 * 131072 + std::int64_t{1152} * 4097 * 78;
   const std::int64_t host = std::int64_t{1152} * 78 * 131072;
   int seen = 0;
-  for (const auto& row : j["modes"]) {
+  const nlohmann::json modes = j["modes"];
+  for (const auto& row : modes) {
     const std::string mode = row["mode"];
     if (mode == "sparse-gpu" || mode == "dense") {
       EXPECT_EQ(row["gpu_bytes_per_request"].get<std::int64_t>(), full) << mode;

@@ -47,9 +47,10 @@ TEST(CliRun, WritesThreeParseableFiles) {
   EXPECT_GT(j["metadata"]["ceilings"]["host_copy_gbps"].get<double>(), 0.0);
   EXPECT_EQ(j["scenario"]["name"], "tiny");
   ASSERT_EQ(j["points"].size(), 2u);
-  for (const auto& p : j["points"]) {
+  const nlohmann::json points = j["points"];
+  for (const auto& p : points) {
     EXPECT_EQ(p["status"], "ok") << p.dump();
-    const auto& m = p["metrics"];
+    const nlohmann::json m = p["metrics"];
     EXPECT_GT(m["output_tokens_per_s"].get<double>(), 0.0);
     EXPECT_EQ(m["step_ms"]["count"], 2);  // decode_steps
     EXPECT_DOUBLE_EQ(m["tpot_ms"].get<double>(), m["step_ms"]["median"].get<double>());

@@ -74,7 +74,7 @@ TEST(ReportResults, JsonHasSchemaMetadataAndOneRecordPerPoint) {
   EXPECT_EQ(j["metadata"]["backend"], "cpu");
   EXPECT_EQ(j["scenario"]["name"], "unit");
   ASSERT_EQ(j["points"].size(), 1u);
-  const auto& p = j["points"][0];
+  const nlohmann::json p = j["points"][0];
   EXPECT_EQ(p["status"], "ok");
   EXPECT_TRUE(p["error"].is_null());
   EXPECT_EQ(p["axes"]["concurrency"], "4");

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "trace/trace_file.hpp"
 
 namespace hisparse::trace {
 namespace {
@@ -71,6 +73,20 @@ TEST(TraceSession, StepsAsideWhenAProfilerOwnsCupti) {
   EXPECT_EQ(records.label, "p");
   EXPECT_TRUE(records.kernels.empty());
   EXPECT_TRUE(records.markers.empty());
+}
+
+TEST(TraceSession, TraceFileSkipsInactiveSessions) {
+  ScopedEnv env("CUDA_INJECTION64_PATH", "/opt/nsight/libToolsInjection64.so");
+  const auto path = std::filesystem::temp_directory_path() / "hisparse_trace_file_test.json";
+  std::filesystem::remove(path);
+  TraceFile file(path);
+  auto session = file.begin("point 1");
+  EXPECT_FALSE(session->active());
+  EXPECT_TRUE(file.end(*session).empty());
+  EXPECT_EQ(file.sessions(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(path)) << "an inactive session writes no trace.json";
+  auto next = file.begin("point 2");  // the slot was released by end()
+  EXPECT_FALSE(next->active());
 }
 
 TEST(TraceSession, WithoutGpuItIsInactiveWithAReason) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "trace/record_text.hpp"
+#include "trace/trace_file.hpp"
 
 namespace hisparse::trace {
 namespace {
@@ -186,6 +187,15 @@ TEST(TracePhaseBreakdown, SumsGpuTimePerPhasePerStep) {
   EXPECT_DOUBLE_EQ(steps[1].wall_ms, 0.020);
   EXPECT_NEAR(steps[1].phase_ms.at("ffn"), 0.014, 1e-12);  // two streams, summed
   EXPECT_EQ(steps[1].kernels, 2u);
+}
+
+TEST(TracePhaseBreakdown, MeanOverStepsCountsMissingPhasesAsZero) {
+  const auto mean = mean_phase_ms(phase_breakdown(fixture()));
+  EXPECT_EQ(mean.size(), 6u);  // indexer, topk, swap_in, attention, ffn, total
+  EXPECT_NEAR(mean.at("indexer"), 0.003, 1e-12);
+  EXPECT_NEAR(mean.at("ffn"), 0.007, 1e-12);
+  EXPECT_NEAR(mean.at("total"), (0.0182 + 0.014) / 2, 1e-12);
+  EXPECT_TRUE(mean_phase_ms({}).empty());
 }
 
 TEST(TracePhaseBreakdown, StepsWithoutPayloadAreNumberedInTimeOrder) {

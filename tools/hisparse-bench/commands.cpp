@@ -98,8 +98,9 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o) {
   } else if (!o.quiet) {
     fmt::print("{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12}\n", "point", "model", "mode",
                "concurrency", "context", "status", "tok/s", "step ms");
-    for (const auto& p : j["points"]) {
-      const auto& c = p["config"];
+    const nlohmann::json all_points = j["points"];
+    for (const auto& p : all_points) {
+      const nlohmann::json c = p["config"];
       const bool ok = p["status"] == "ok";
       fmt::print(
           "{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12}\n", p["index"].get<int>(),
