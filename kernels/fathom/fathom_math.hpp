@@ -84,7 +84,9 @@ HISPARSE_HD std::uint32_t quantize_code(float key, float scale) {
 HISPARSE_HD float partial_multiplier(std::uint32_t code_t, int t) {
   if (t == 0) return 0.0f;
   const int numerator = 2 * static_cast<int>(code_t) + 1 - (1 << t);
-  return static_cast<float>(numerator) * (1.0f / static_cast<float>(1 << t));
+  // 2^-t built from its exponent bits: exact, and no float division in the scan's inner loop.
+  const float inverse = detail::bits_float(static_cast<std::uint32_t>(127 - t) << 23);
+  return static_cast<float>(numerator) * inverse;
 }
 /// The value a partial read of `t` planes of `code4` (the full 4-bit code) reconstructs.
 HISPARSE_HD float partial_value(std::uint32_t code4, int t, float scale) {

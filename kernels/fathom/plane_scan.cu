@@ -47,11 +47,15 @@ ScanSmem plan_scan_smem(const PlaneScanArgs& a, const PlaneScanWorkspace& ws, in
   m.thr = take(kMaxGroupHeads * 8);
   m.hist = take(256 * 4);
   m.scratch = take(64 * 8);
-  // Candidate buffers take what is left of the budget: keep + slack, slack >= 2 rounds.
+  // Candidate buffers: keep + slack entries per head. The slack (between 2 and 4 rounds, about
+  // keep) sets how often the buffer is compacted; keeping the whole block near 50 KB lets 4 scan
+  // blocks share an SM, which the latency-bound scan loop needs (one 200 KB block per SM ran at
+  // about 1% of HBM bandwidth).
   const std::int64_t left = kScanSharedBudget - off;
-  std::int64_t per_head = left / (8 * std::max(1, a.heads));
-  std::int64_t slack = std::min<std::int64_t>(per_head - a.keep,
-                                              std::max<std::int64_t>(a.keep, 4 * kScanRoundTokens));
+  const std::int64_t per_head = left / (8 * std::max(1, a.heads));
+  const std::int64_t slack = std::min<std::int64_t>(
+      per_head - a.keep, std::clamp<std::int64_t>(a.keep, 2 * kScanRoundTokens,
+                                                  4 * kScanRoundTokens));
   if (slack < 2 * kScanRoundTokens)
     throw Error("fathom scan: top_k",
                 std::to_string(a.heads) + " query heads x keep " + std::to_string(a.keep) +
@@ -103,17 +107,37 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int above = 0, digit = 0;
-      for (int dgt = 255; dgt >= 0; --dgt) {
-        if (above + hist[dgt] >= remaining) {
-          digit = dgt;
-          break;
-        }
-        above += hist[dgt];
+    if (threadIdx.x < 32) {  // digit search: warp 0 scans the 256 bins from the top, 8 per lane
+      const int lane = threadIdx.x, top = 255 - 8 * lane;
+      int mine = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) mine += hist[top - i];
+      int inclusive = mine;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += v;
       }
-      shared_u64[0] = prefix | (static_cast<std::uint64_t>(digit) << shift);
-      scratch[0] = remaining - above;
+      const int before = inclusive - mine;
+      const bool here = before < remaining && inclusive >= remaining;
+      const int total = __shfl_sync(0xffffffffu, inclusive, 31);
+      if (__ballot_sync(0xffffffffu, here) == 0u) {
+        if (lane == 0) {  // fewer keys than asked for (not reached: callers hold more)
+          shared_u64[0] = prefix;
+          scratch[0] = remaining - total;
+        }
+      } else if (here) {
+        int above = before, digit = top - 7;
+        for (int i = 0; i < 8; ++i) {
+          if (above + hist[top - i] >= remaining) {
+            digit = top - i;
+            break;
+          }
+          above += hist[top - i];
+        }
+        shared_u64[0] = prefix | (static_cast<std::uint64_t>(digit) << shift);
+        scratch[0] = remaining - above;
+      }
     }
     __syncthreads();
     prefix = shared_u64[0];

@@ -8,7 +8,8 @@ namespace hisparse::kernels::fathom {
 
 inline constexpr int kScanThreads = 256;  ///< one token per thread per round
 inline constexpr int kScanRoundTokens = kScanThreads;
-/// Shared memory one scan block may use (candidate buffers + one tile of planes).
+/// Shared memory one scan block may use at most (candidate buffers + one tile of planes); the
+/// buffers are sized to need much less (about 50 KB at top_k 512) so that 4 blocks share an SM.
 inline constexpr std::int64_t kScanSharedBudget = 200 * 1024;
 /// Plane bytes of one tile at most (tile blocks are lowered for large budgets).
 inline constexpr std::int64_t kScanTileBytesMax = 64 * 1024;

@@ -65,26 +65,6 @@ __device__ __forceinline__ int hash_find(const std::int32_t* keys, std::uint32_t
   }
 }
 
-// Exclusive prefix count of `flag` over the block (all threads must call it); `total` gets the
-// block's count. Two barriers: the warp totals are reused by the next call.
-__device__ __forceinline__ int block_exclusive_count(bool flag, int* warp_totals, int& total) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const unsigned ballot = __ballot_sync(0xffffffffu, flag);
-  if (lane == 0) warp_totals[warp] = __popc(ballot);
-  __syncthreads();
-  int before = 0;
-  total = 0;
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  for (int w = 0; w < warps; ++w) {
-    const int t = warp_totals[w];
-    before += w < warp ? t : 0;
-    total += t;
-  }
-  __syncthreads();
-  return before + __popc(ballot & ((1u << lane) - 1u));
-}
-
 __device__ __forceinline__ void write_row_stats(const SwapInArgs& a, int row, int hits,
                                                 int misses) {
   if (a.stats) {
@@ -94,7 +74,63 @@ __device__ __forceinline__ void write_row_stats(const SwapInArgs& a, int row, in
   a.plan.count[row] = misses;
 }
 
-__global__ void __launch_bounds__(cfg::kResolveThreads) swap_in_resolve(SwapInArgs a) {
+constexpr int kItems = cfg::kResolveItems;
+
+// Exclusive prefix sum of `value` over the block (every thread calls it); `total` gets the sum.
+// `scratch` holds two areas of 33 ints used in turn (`parity` counts the calls), so back-to-back
+// calls need no extra barrier: an area is rewritten only after two more barriers.
+__device__ __forceinline__ int block_exclusive_sum(int value, int* scratch, int& parity,
+                                                   int& total) {
+  int* area = scratch + 33 * (parity & 1);
+  ++parity;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  int inclusive = value;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  if (lane == 31) area[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < warps ? area[lane] : 0;
+    int w_inclusive = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, w_inclusive, o);
+      if (lane >= o) w_inclusive += up;
+    }
+    area[lane] = w_inclusive - w;
+    if (lane == 31) area[32] = w_inclusive;
+  }
+  __syncthreads();
+  total = area[32];
+  return area[warp] + inclusive - value;
+}
+
+// Adds each thread's `value` to a shared counter (one atomic per warp; all lanes must call it).
+__device__ __forceinline__ void block_add(int* counter, int value) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) value += __shfl_xor_sync(0xffffffffu, value, o);
+  if ((threadIdx.x & 31) == 0 && value != 0) atomicAdd(counter, value);
+}
+
+// Entries first..first+kItems-1 of src (-1 past n): one thread's part of a tile, all loads issued
+// before any is used.
+__device__ __forceinline__ void load_items(const std::int32_t* src, int first, int n,
+                                           std::int32_t (&v)[kItems]) {
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) v[j] = first + j < n ? src[first + j] : -1;
+}
+
+// Resolve, one block per batch row. Thread t owns entries t*kItems .. t*kItems+kItems-1 of each
+// tile of kResolveThreads*kItems selection entries / hot slots (a blocked layout, so one block
+// scan per tile numbers misses and evictable slots in order). The first tile of the selection,
+// the slot table and the LRU order is loaded up front, so that the kernel waits for device
+// memory about twice (inputs, then the request's tables) rather than once per loop iteration.
+__global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapInArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Let the copy kernel's blocks be scheduled now; they wait for this grid before reading.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -105,34 +141,33 @@ __global__ void __launch_bounds__(cfg::kResolveThreads) swap_in_resolve(SwapInAr
   const int nt = static_cast<int>(blockDim.x);
   const int top_k = a.top_k;
   const int hot = a.hot;
+  const int tile = nt * kItems;
+  const int mine = tid * kItems;
   const std::int32_t* sel = a.selected + static_cast<std::size_t>(b) * top_k;
   std::int32_t* out = a.physical_rows + static_cast<std::size_t>(b) * top_k;
 
-  if (b >= *a.num_real) {  // padding row (uniform across the block)
+  // Independent loads first (all sized by batch, so reading them for a padding row is safe).
+  const int num_real = *a.num_real;
+  const int r = a.request_of_row ? a.request_of_row[b] : b;
+  const std::int64_t seq_len = a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[b]
+                                                : static_cast<const std::int32_t*>(a.seq_lens)[b];
+  std::int32_t sel0[kItems];
+  load_items(sel, mine, top_k, sel0);
+  auto sel_tile = [&](int t0, std::int32_t(&v)[kItems]) {
+    if (t0 == 0) {
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) v[j] = sel0[j];
+    } else {
+      load_items(sel, t0 + mine, top_k, v);
+    }
+  };
+
+  if (b >= num_real) {  // padding row (uniform across the block)
     for (int i = tid; i < top_k; i += nt) out[i] = -1;
     if (tid == 0) write_row_stats(a, b, 0, 0);
     return;
   }
-  const int r = a.request_of_row ? a.request_of_row[b] : b;
-  const std::int64_t seq_len = a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[b]
-                                                : static_cast<const std::int32_t*>(a.seq_lens)[b];
   const std::int32_t base = r * (hot + 1);
-
-  if (seq_len <= hot) {  // short sequence: token t in slot t
-    int valid = 0;
-    for (int c = 0; c < top_k; c += nt) {
-      const int i = c + tid;
-      bool v = false;
-      if (i < top_k) {
-        const std::int32_t pos = sel[i];
-        v = pos >= 0 && pos < seq_len;
-        out[i] = v ? base + pos : -1;
-      }
-      valid += __syncthreads_count(v);
-    }
-    if (tid == 0) write_row_stats(a, b, valid, 0);
-    return;
-  }
 
   const int capacity = hash_capacity(top_k);
   const auto mask = static_cast<std::uint32_t>(capacity - 1);
@@ -140,128 +175,217 @@ __global__ void __launch_bounds__(cfg::kResolveThreads) swap_in_resolve(SwapInAr
   auto* keys = reinterpret_cast<std::int32_t*>(smem);
   auto* vals = reinterpret_cast<std::uint32_t*>(keys + capacity);
   auto* hit_bits = vals + capacity;
-  auto* warp_totals = reinterpret_cast<int*>(hit_bits + words);
-  auto* new_lru = reinterpret_cast<std::uint16_t*>(warp_totals + 40);
+  int* scratch = reinterpret_cast<int*>(hit_bits + words);  // [0, 66) scans, 66 hits, 67 valid
+  int* bucket = scratch + kSwapInScratchInts;
+  auto* new_lru = reinterpret_cast<std::uint16_t*>(bucket + kSwapInBuckets);
   auto* evict_slot = new_lru + hot;
+  int parity = 0;
+
+  if (seq_len <= hot) {  // short sequence: token t in slot t
+    int my_valid = 0;
+    for (int t0 = 0; t0 < top_k; t0 += tile) {
+      std::int32_t v[kItems];
+      sel_tile(t0, v);
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        const int i = t0 + mine + j;
+        const bool ok = v[j] >= 0 && v[j] < seq_len;
+        my_valid += ok ? 1 : 0;
+        if (i < top_k) out[i] = ok ? base + v[j] : -1;
+      }
+    }
+    int valid = 0;
+    block_exclusive_sum(my_valid, scratch, parity, valid);
+    if (tid == 0) write_row_stats(a, b, valid, 0);
+    return;
+  }
 
   std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
   std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(r) * hot;
-  std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
-  std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(b) * top_k;
+  std::int32_t slot0[kItems], lru0[kItems];
+  load_items(slot_token, mine, hot, slot0);
+  load_items(lru, mine, hot, lru0);
   const auto newest = static_cast<std::int32_t>(seq_len - 1);
+  const int sort_from = a.sort_misses_from >= 0
+                            ? a.sort_misses_from
+                            : (a.batch >= cfg::kSortMinBatch ? cfg::kSortMissesFrom : 0);
+  int shift = 0;  // bucket of a token: token >> shift < kSwapInBuckets
+  while (((seq_len - 1) >> shift) >= kSwapInBuckets) ++shift;
 
   for (int i = tid; i < capacity; i += nt) {
     keys[i] = -1;
     vals[i] = 0xffffffffu;
   }
   for (int i = tid; i < words; i += nt) hit_bits[i] = 0;
+  for (int i = tid; i < kSwapInBuckets; i += nt) bucket[i] = 0;
+  if (tid == 0) scratch[66] = scratch[67] = 0;
   __syncthreads();
 
-  // 1. Hash the selection (newest and invalid positions excluded).
-  int valid = 0;
-  for (int c = 0; c < top_k; c += nt) {
-    const int i = c + tid;
-    bool v = false;
-    if (i < top_k) {
-      const std::int32_t pos = sel[i];
-      v = pos >= 0 && pos < seq_len;
-      if (v && pos != newest) hash_insert(keys, vals, mask, pos, i);
-    }
-    valid += __syncthreads_count(v);
-  }
-
-  // 2. Hits: resident tokens found in the hash record their slot.
-  int n_hit = 0;
-  for (int c = 0; c < hot; c += nt) {
-    const int s = c + tid;
-    bool hit = false;
-    if (s < hot) {
-      const std::int32_t token = slot_token[s];
-      if (token >= 0) {
-        const int h = hash_find(keys, mask, token);
-        if (h >= 0) {
-          vals[h] = (vals[h] & 0xffff0000u) | static_cast<std::uint32_t>(s);
-          atomicOr(&hit_bits[s >> 5], 1u << (s & 31));
-          hit = true;
-        }
+  // 1. Hash the selection (newest and invalid positions excluded); count valid entries.
+  int my_valid = 0;
+  for (int t0 = 0; t0 < top_k; t0 += tile) {
+    std::int32_t v[kItems];
+    sel_tile(t0, v);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const std::int32_t pos = v[j];
+      if (pos >= 0 && pos < seq_len) {
+        ++my_valid;
+        if (pos != newest) hash_insert(keys, vals, mask, pos, t0 + mine + j);
       }
     }
-    n_hit += __syncthreads_count(hit);
   }
+  block_add(&scratch[67], my_valid);
+  __syncthreads();
 
-  // 3. Misses, numbered in selection order (first occurrences only).
+  // 2. Hits: resident tokens found in the hash record their slot.
+  int my_hits = 0;
+  for (int t0 = 0; t0 < hot; t0 += tile) {
+    std::int32_t v[kItems];
+    if (t0 == 0) {
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) v[j] = slot0[j];
+    } else {
+      load_items(slot_token, t0 + mine, hot, v);
+    }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (v[j] < 0) continue;  // empty slot or past hot
+      const int h = hash_find(keys, mask, v[j]);
+      if (h < 0) continue;
+      const int s = t0 + mine + j;
+      vals[h] = (vals[h] & 0xffff0000u) | static_cast<std::uint32_t>(s);
+      atomicOr(&hit_bits[s >> 5], 1u << (s & 31));
+      ++my_hits;
+    }
+  }
+  block_add(&scratch[66], my_hits);
+  __syncthreads();
+  const int n_hit = scratch[66];
+  const int valid = scratch[67];
+
+  // 3. Misses, numbered in selection order (first occurrences only); bucket counts by address.
   int n_miss = 0;
-  for (int c = 0; c < top_k; c += nt) {
-    const int i = c + tid;
-    bool miss = false;
-    int h = -1;
-    std::int32_t pos = -1;
-    if (i < top_k) {
-      pos = sel[i];
+  for (int t0 = 0; t0 < top_k; t0 += tile) {
+    std::int32_t v[kItems];
+    sel_tile(t0, v);
+    int h[kItems];
+    bool miss[kItems];
+    int count = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const std::int32_t pos = v[j];
+      miss[j] = false;
+      h[j] = 0;
       if (pos >= 0 && pos < seq_len && pos != newest) {
-        h = hash_find(keys, mask, pos);
-        const std::uint32_t v = vals[h];
-        miss = (v >> 16) == static_cast<std::uint32_t>(i) && (v & 0xffffu) == kNoSlot;
+        h[j] = hash_find(keys, mask, pos);
+        const std::uint32_t w = vals[h[j]];
+        miss[j] =
+            (w >> 16) == static_cast<std::uint32_t>(t0 + mine + j) && (w & 0xffffu) == kNoSlot;
+        count += miss[j] ? 1 : 0;
       }
     }
     int total = 0;
-    const int ordinal = n_miss + block_exclusive_count(miss, warp_totals, total);
-    if (miss) {
-      plan_token[ordinal] = pos;
-      vals[h] =
-          (static_cast<std::uint32_t>(i) << 16) | kMissFlag | static_cast<std::uint32_t>(ordinal);
+    int ordinal = n_miss + block_exclusive_sum(count, scratch, parity, total);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (!miss[j]) continue;
+      vals[h[j]] = (static_cast<std::uint32_t>(t0 + mine + j) << 16) | kMissFlag |
+                   static_cast<std::uint32_t>(ordinal);
+      if (sort_from > 0) atomicAdd(&bucket[v[j] >> shift], 1);
+      ++ordinal;
     }
     n_miss += total;
   }
 
-  // 4. Walk the LRU order: the m-th evictable slot goes to the m-th miss; build the new order.
+  // 4. Walk the LRU order: the m-th evictable slot goes to the m-th miss; build the new order
+  //    (untouched oldest first, then this step's misses, then the hits in their old order).
   const int n_evictable = hot - n_hit;
   const int n_untouched = n_evictable - n_miss;
   int evictable_before = 0;
-  for (int c = 0; c < hot; c += nt) {
-    const int p = c + tid;
-    bool evictable = false;
-    int s = 0;
-    if (p < hot) {
-      s = lru[p];
-      evictable = ((hit_bits[s >> 5] >> (s & 31)) & 1u) == 0;
+  for (int t0 = 0; t0 < hot; t0 += tile) {
+    std::int32_t v[kItems];
+    if (t0 == 0) {
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) v[j] = lru0[j];
+    } else {
+      load_items(lru, t0 + mine, hot, v);
+    }
+    bool evictable[kItems];
+    int count = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int s = v[j];
+      evictable[j] = t0 + mine + j < hot && ((hit_bits[s >> 5] >> (s & 31)) & 1u) == 0;
+      count += evictable[j] ? 1 : 0;
     }
     int total = 0;
-    const int e = evictable_before + block_exclusive_count(evictable, warp_totals, total);
-    if (p < hot) {
-      const auto slot = static_cast<std::uint16_t>(s);
-      if (!evictable) {
+    int e = evictable_before + block_exclusive_sum(count, scratch, parity, total);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int p = t0 + mine + j;
+      if (p >= hot) continue;
+      const auto slot = static_cast<std::uint16_t>(v[j]);
+      if (!evictable[j]) {
         new_lru[n_evictable + (p - e)] = slot;
-      } else if (e < n_miss) {
-        evict_slot[e] = slot;
-        new_lru[n_untouched + e] = slot;
       } else {
-        new_lru[e - n_miss] = slot;
+        if (e < n_miss) {
+          evict_slot[e] = slot;
+          new_lru[n_untouched + e] = slot;
+        } else {
+          new_lru[e - n_miss] = slot;
+        }
+        ++e;
       }
     }
     evictable_before += total;
+  }
+
+  // Grouped plan: each bucket's first plan index (exclusive scan of the bucket counts).
+  const bool grouped = sort_from > 0 && n_miss >= sort_from;
+  if (grouped) {
+    int total = 0;
+    const int c = tid < kSwapInBuckets ? bucket[tid] : 0;
+    const int first = block_exclusive_sum(c, scratch, parity, total);
+    if (tid < kSwapInBuckets) bucket[tid] = first;
   }
   __syncthreads();
 
   // 5. Commit the order, the slot table and the plan; output the physical rows.
   for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
-  for (int m = tid; m < n_miss; m += nt) {
-    const int s = evict_slot[m];
-    slot_token[s] = plan_token[m];
-    plan_slot[m] = s;
-  }
-  for (int i = tid; i < top_k; i += nt) {
-    const std::int32_t pos = sel[i];
-    std::int32_t row = -1;
-    if (pos >= 0 && pos < seq_len) {
-      if (pos == newest) {
-        row = base + hot;
-      } else {
-        const std::uint32_t v = vals[hash_find(keys, mask, pos)] & 0xffffu;
-        row = base + static_cast<std::int32_t>((v & kMissFlag) ? evict_slot[v & 0x7fffu] : v);
+  std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
+  std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(b) * top_k;
+  for (int t0 = 0; t0 < top_k; t0 += tile) {
+    std::int32_t v[kItems];
+    sel_tile(t0, v);
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int i = t0 + mine + j;
+      if (i >= top_k) continue;
+      const std::int32_t pos = v[j];
+      std::int32_t row = -1;
+      if (pos >= 0 && pos < seq_len) {
+        if (pos == newest) {
+          row = base + hot;
+        } else {
+          const std::uint32_t w = vals[hash_find(keys, mask, pos)];
+          if (w & kMissFlag) {
+            const int m = static_cast<int>(w & 0x7fffu);
+            const int slot = evict_slot[m];
+            row = base + slot;
+            if ((w >> 16) == static_cast<std::uint32_t>(i)) {  // the first occurrence commits
+              slot_token[slot] = pos;
+              const int at = grouped ? atomicAdd(&bucket[pos >> shift], 1) : m;
+              plan_token[at] = pos;
+              plan_slot[at] = slot;
+            }
+          } else {
+            row = base + static_cast<std::int32_t>(w & 0xffffu);
+          }
+        }
       }
+      out[i] = row;
     }
-    out[i] = row;
   }
   if (tid == 0) write_row_stats(a, b, valid - n_miss, n_miss);
 }
@@ -289,6 +413,17 @@ struct VecOf<1> {
   using type = unsigned char;
 };
 
+// Sum over rows of ceil(count / rows_per_chunk): the chunks a chunk size gives (warp 0 only).
+__device__ __forceinline__ int chunks_for(const int* counts, int batch, int rows_per_chunk) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  int chunks = 0;
+  for (int c = lane; c < batch; c += 32)
+    chunks += (counts[c] + rows_per_chunk - 1) / rows_per_chunk;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) chunks += __shfl_xor_sync(0xffffffffu, chunks, o);
+  return chunks;
+}
+
 template <int W>
 __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
     swap_in_copy(SwapInArgs a) {
@@ -296,24 +431,43 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   using Vec = typename VecOf<W>::type;
-  extern __shared__ int chunk_start[];  // [batch + 1]
+  extern __shared__ int chunk_start[];  // [batch + 1]; first the counts
   __shared__ int rows_per_chunk;
   const int batch = a.batch;
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
+  const int grid = static_cast<int>(gridDim.x);
 
-  if (tid < 32) {  // warp 0: chunk size from the total miss count, then each row's first chunk
+  if (tid < 32) {
+    // Chunk size: the smallest that gives at most one chunk per block, so that no block copies
+    // a second chunk after the others are done (at batch 100 a second wave cost up to 2x).
     int total = 0;
-    for (int c = 0; c < batch; c += 32) {
-      int n = c + tid < batch ? a.plan.count[c + tid] : 0;
-      for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
-      total += n;
+    for (int c = tid; c < batch; c += 32) {
+      chunk_start[c] = a.plan.count[c];
+      total += chunk_start[c];
     }
-    const int grid = static_cast<int>(gridDim.x);
-    const int rows = total > 0 ? (total + grid - 1) / grid : 1;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+    __syncwarp();
+    int lo = total > 0 ? max(1, (total + grid - 1) / grid) : 1;
+    int hi = max(lo, a.top_k);
+    if (a.copy_rows_per_chunk > 0) {
+      lo = a.copy_rows_per_chunk;
+    } else if (total > 0 && chunks_for(chunk_start, batch, hi) <= grid) {
+      while (lo < hi) {  // chunks_for is non-increasing in the chunk size
+        const int mid = (lo + hi) / 2;
+        if (chunks_for(chunk_start, batch, mid) <= grid) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+    }
+    const int rows = lo;
     int running = 0;
     for (int c = 0; c < batch; c += 32) {
-      const int n = c + tid < batch ? a.plan.count[c + tid] : 0;
+      const int n = c + tid < batch ? chunk_start[c + tid] : 0;
+      __syncwarp();
       const int chunks = (n + rows - 1) / rows;
       int inclusive = chunks;
       for (int o = 1; o < 32; o <<= 1) {
@@ -331,9 +485,9 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
   __syncthreads();
   const int total_chunks = chunk_start[batch];
   const int rows_per = rows_per_chunk;
-  const std::size_t units_per_row = a.copy_bytes / W;
+  const auto units_per_row = static_cast<unsigned>(a.copy_bytes / W);
 
-  for (int k = static_cast<int>(blockIdx.x); k < total_chunks; k += static_cast<int>(gridDim.x)) {
+  for (int k = static_cast<int>(blockIdx.x); k < total_chunks; k += grid) {
     int lo = 0, hi = batch;  // chunk_start[lo] <= k < chunk_start[hi]
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
@@ -354,18 +508,18 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
                                                 a.hot_buffer.row_stride;
     const std::int32_t* tokens = a.plan.token + static_cast<std::size_t>(b) * a.top_k + first_row;
     const std::int32_t* slots = a.plan.slot + static_cast<std::size_t>(b) * a.top_k + first_row;
-    const std::size_t units = static_cast<std::size_t>(rows) * units_per_row;
+    const unsigned units = static_cast<unsigned>(rows) * units_per_row;
 
-    for (std::size_t u0 = static_cast<std::size_t>(tid); u0 < units;
-         u0 += static_cast<std::size_t>(nt) * cfg::kCopyUnroll) {
+    for (unsigned u0 = static_cast<unsigned>(tid); u0 < units;
+         u0 += static_cast<unsigned>(nt * cfg::kCopyUnroll)) {
       Vec v[cfg::kCopyUnroll];
       std::size_t to[cfg::kCopyUnroll];
 #pragma unroll
       for (int j = 0; j < cfg::kCopyUnroll; ++j) {
-        const std::size_t u = u0 + static_cast<std::size_t>(j) * nt;
+        const unsigned u = u0 + static_cast<unsigned>(j * nt);
         if (u < units) {
-          const std::size_t row = u / units_per_row;
-          const std::size_t col = (u - row * units_per_row) * W;
+          const unsigned row = u / units_per_row;
+          const std::size_t col = static_cast<std::size_t>(u - row * units_per_row) * W;
           v[j] = *reinterpret_cast<const Vec*>(
               host + static_cast<std::size_t>(tokens[row]) * a.host_pool.row_stride + col);
           to[j] = static_cast<std::size_t>(slots[row]) * a.hot_buffer.row_stride + col;
@@ -373,7 +527,7 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
       }
 #pragma unroll
       for (int j = 0; j < cfg::kCopyUnroll; ++j) {
-        const std::size_t u = u0 + static_cast<std::size_t>(j) * nt;
+        const unsigned u = u0 + static_cast<unsigned>(j * nt);
         if (u < units) *reinterpret_cast<Vec*>(dst + to[j]) = v[j];
       }
     }
@@ -415,16 +569,19 @@ void configure_swap_in(int top_k, int hot) {
         cudaFuncSetAttribute(swap_in_resolve, cudaFuncAttributeMaxDynamicSharedMemorySize, needed));
 }
 
-void launch_swap_in(const SwapInArgs& a, cudaStream_t stream) {
+void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
   if (a.batch <= 0 || a.top_k <= 0) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   HISPARSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture == cudaStreamCaptureStatusNone) configure_swap_in(a.top_k, a.hot);
-
-  swap_in_resolve<<<static_cast<unsigned>(a.batch), cfg::kResolveThreads,
-                    swap_in_shared_bytes(a.top_k, a.hot), stream>>>(a);
+  const auto blocks = static_cast<unsigned>(a.batch);
+  const std::size_t shared = swap_in_shared_bytes(a.top_k, a.hot);
+  swap_in_resolve<<<blocks, cfg::kResolveThreads, shared, stream>>>(a);
   HISPARSE_CUDA_CHECK_LAUNCH();
+}
 
+void launch_swap_in_copy(const SwapInArgs& a, cudaStream_t stream) {
+  if (a.batch <= 0 || a.top_k <= 0) return;
   int blocks = a.copy_blocks;
   if (blocks <= 0) {
     int device = 0, sms = 0;
@@ -449,6 +606,11 @@ void launch_swap_in(const SwapInArgs& a, cudaStream_t stream) {
       launch_copy<1>(a, blocks, stream);
       break;
   }
+}
+
+void launch_swap_in(const SwapInArgs& a, cudaStream_t stream) {
+  launch_swap_in_resolve(a, stream);
+  launch_swap_in_copy(a, stream);
 }
 
 }  // namespace hisparse::kernels

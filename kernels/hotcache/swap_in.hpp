@@ -42,11 +42,14 @@ struct HostPoolView {
   std::size_t row_stride = 0;
 };
 
-/// The miss plan the resolve step writes and the copy step consumes (device scratch).
+/// The miss plan the resolve step writes and the copy step consumes (device scratch). Entry m of
+/// a row is one fetched row: (destination slot, token). The twin lists the misses in miss order;
+/// the CUDA resolve may list them grouped by host address instead (sort_misses_from), which
+/// changes the order of the pairs, never the pairs.
 struct MissPlan {
   std::int32_t* count = nullptr;  ///< [batch] rows to fetch
-  std::int32_t* slot = nullptr;   ///< [batch][top_k] destination slot of the m-th miss
-  std::int32_t* token = nullptr;  ///< [batch][top_k] token (host row) of the m-th miss
+  std::int32_t* slot = nullptr;   ///< [batch][top_k] destination slot of the m-th entry
+  std::int32_t* token = nullptr;  ///< [batch][top_k] token (host row) of the m-th entry
 };
 
 struct SwapInArgs {
@@ -67,7 +70,17 @@ struct SwapInArgs {
   // Launch tuning (CUDA only; ignored by the twin).
   int copy_blocks = 0;  ///< blocks of the copy kernel; 0: derived from the SM count
   bool use_pdl = true;  ///< programmatic dependent launch of the copy kernel (sm_90+)
+  /// A row with at least this many misses lists its plan grouped by host address (buckets of
+  /// about seq_len / 512 tokens), so that a copy block walks one stretch of the host region; 0:
+  /// never (plan in miss order, as the twin writes it).
+  int sort_misses_from = -1;    ///< -1: kSortMissesFrom at batch >= kSortMinBatch, else never
+  int copy_rows_per_chunk = 0;  ///< rows per copy block and chunk; 0: fewest chunks in one wave
 };
+
+/// Resolve kernel shared memory: block-scan scratch (two ping-pong areas of 33 ints and two
+/// counters) and the buckets that group a row's misses by host address.
+inline constexpr int kSwapInScratchInts = 68;
+inline constexpr int kSwapInBuckets = 512;
 
 /// Dynamic shared memory the resolve kernel needs for (top_k, hot).
 [[nodiscard]] std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept;
@@ -81,6 +94,10 @@ void configure_swap_in(int top_k, int hot);
 /// Resolve kernel (one block per batch row) then copy kernel (rows of the plan spread over many
 /// blocks, each chunk within one request's host region). Capturable in a CUDA graph.
 void launch_swap_in(const SwapInArgs& args, cudaStream_t stream);
+/// The two halves of launch_swap_in, for timing them apart: the resolve writes the plan, the
+/// copy fetches what the plan lists (it leaves the plan as it is, so it can be replayed alone).
+void launch_swap_in_resolve(const SwapInArgs& args, cudaStream_t stream);
+void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream);
 #endif
 /// CPU twin with the identical contract (fills the plan too).
 void swap_in_ref(const SwapInArgs& args);

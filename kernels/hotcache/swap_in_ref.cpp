@@ -18,8 +18,10 @@ int swap_in_hash_capacity(int top_k) noexcept {
 std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept {
   const auto h = static_cast<std::size_t>(swap_in_hash_capacity(top_k));
   const auto words = static_cast<std::size_t>((hot + 31) / 32);
-  const std::size_t bytes = 8 * h + 4 * words + 4 * 40 + 2 * static_cast<std::size_t>(hot) +
-                            2 * static_cast<std::size_t>(top_k);
+  // Hash keys and values, hit bits, scan scratch, miss-bucket counts, new LRU order (uint16),
+  // evicted slot of each miss (uint16). The layout is in swap_in.cu.
+  const std::size_t bytes = 8 * h + 4 * words + 4 * kSwapInScratchInts + 4 * kSwapInBuckets +
+                            2 * static_cast<std::size_t>(hot) + 2 * static_cast<std::size_t>(top_k);
   return (bytes + 15) / 16 * 16;
 }
 

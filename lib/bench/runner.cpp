@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "hotcache/policies.hpp"
 #include "model/capacity_model.hpp"
 #include "trace/nvtx.hpp"
 
@@ -56,14 +57,15 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
                     budget_.source),
         "lower context_length or use a mode that keeps less on the GPU (hisparse)");
   config.concurrency = m.running;
+  const int total = warmup_steps + decode_steps;
+  config.max_decode_steps = std::max(config.max_decode_steps, total);
 
   DecodeEngine engine(model, config);
   m.gpu_bytes_per_request = engine.gpu_bytes_per_request();
   const bool wall_clock = backend_ == Backend::cpu;
   m.timing = wall_clock ? "cpu wall clock per step (CPU backend, not GPU figures)"
                         : "cuda events per step (DecodeEngine StepStats)";
-  const int total = warmup_steps + decode_steps;
-  std::vector<double> step_ms;
+  std::vector<double> step_ms, recalls, errors;
   std::map<std::string, std::vector<double>> phases;
   double h2d = 0, scanned = 0;
   for (int s = 0; s < total; ++s) {
@@ -71,8 +73,12 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
     const StepStats st = engine.step();
     const auto t1 = std::chrono::steady_clock::now();
     if (s >= warmup_steps) {
-      step_ms.push_back(wall_clock ? std::chrono::duration<double, std::milli>(t1 - t0).count()
+      // The quality measurement (a dense pass on sampled layers) is not part of the step.
+      step_ms.push_back(wall_clock ? std::chrono::duration<double, std::milli>(t1 - t0).count() -
+                                         st.quality_ms
                                    : st.step_ms);
+      if (st.recall >= 0) recalls.push_back(st.recall);
+      if (st.attention_rel_error >= 0) errors.push_back(st.attention_rel_error);
       for (const auto& [phase, ms] : st.phase_ms) phases[phase].push_back(ms);
       m.hits += st.hits;
       m.misses += st.misses;
@@ -89,8 +95,41 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
     m.hit_rate = static_cast<double>(m.hits) / static_cast<double>(m.hits + m.misses);
   m.bytes_h2d_per_step = decode_steps > 0 ? h2d / decode_steps : 0;
   m.bytes_scanned_per_step = decode_steps > 0 ? scanned / decode_steps : 0;
+  if (!recalls.empty()) m.selection_recall = percentile(recalls, 50);
+  if (!errors.empty()) m.attention_rel_error = percentile(errors, 50);
+  analyse_policy(engine, config, m);
+  m.policy_steps = engine.hot_slots() > 0 ? total : 0;
   return m;
 }
+
+void analyse_policy(const DecodeEngine& engine, const EngineConfig& config, PointMetrics& m) {
+  const auto traces = engine.selection_traces();
+  if (traces.empty() || engine.hot_slots() < 1) return;
+  HISPARSE_RANGE("policy_analysis", Phase::other);
+  const ReplacementPolicy policy = parse_policy(config.policy, "policy");
+  PolicyStats chosen, optimum;
+  for (const auto& trace : traces) {
+    const PolicyStats p = simulate_policy(policy, trace, engine.hot_slots(), config.workload.seed);
+    chosen.hits += p.hits;
+    chosen.misses += p.misses;
+    const PolicyStats o = policy == ReplacementPolicy::belady
+                              ? p
+                              : simulate_policy(ReplacementPolicy::belady, trace,
+                                                engine.hot_slots(), config.workload.seed);
+    optimum.hits += o.hits;
+    optimum.misses += o.misses;
+  }
+  m.policy = std::string(name_of(policy));
+  m.policy_miss_rate = chosen.miss_rate();
+  m.optimal_miss_rate = optimum.miss_rate();
+}
+
+namespace {
+// -1 marks "not measured": null in the JSON.
+nlohmann::json or_null(double v) {
+  return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v);
+}
+}  // namespace
 
 void to_json(nlohmann::json& j, const PointMetrics& m) {
   j = nlohmann::json{
@@ -108,6 +147,12 @@ void to_json(nlohmann::json& j, const PointMetrics& m) {
       {"hit_rate", m.hit_rate < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.hit_rate)},
       {"bytes_h2d_per_step", m.bytes_h2d_per_step},
       {"bytes_scanned_per_step", m.bytes_scanned_per_step},
+      {"selection_recall", or_null(m.selection_recall)},
+      {"attention_rel_error", or_null(m.attention_rel_error)},
+      {"policy", m.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.policy)},
+      {"policy_miss_rate", or_null(m.policy_miss_rate)},
+      {"optimal_miss_rate", or_null(m.optimal_miss_rate)},
+      {"policy_steps", m.policy_steps},
       {"gpu_bytes_per_request", m.gpu_bytes_per_request},
       {"planned_gpu_bytes_per_request", m.planned_gpu_bytes_per_request},
       {"planned_host_bytes_per_request", m.planned_host_bytes_per_request}};

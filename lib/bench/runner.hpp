@@ -38,9 +38,20 @@ struct PointMetrics {
   std::map<std::string, double> phase_ms;  ///< median over steps, per phase (summed over layers)
   std::int64_t hits = 0;                   ///< over the measured steps
   std::int64_t misses = 0;
-  double hit_rate = -1;  ///< hits / (hits + misses); -1 when no hot buffer was used
-  double bytes_h2d_per_step = 0;
-  double bytes_scanned_per_step = 0;
+  double hit_rate = -1;               ///< hits / (hits + misses); -1 when no hot buffer was used
+  double bytes_h2d_per_step = 0;      ///< deployment row layout (see StepStats::bytes_h2d)
+  double bytes_scanned_per_step = 0;  ///< index keys, keys or planes read to select rows
+  /// Median over measured steps of StepStats::recall / attention_rel_error (sampled layers: the
+  /// first and the last); -1 when not measured (dense).
+  double selection_recall = -1;
+  double attention_rel_error = -1;
+  /// Hot-buffer replacement analysis (hisparse modes): simulate_policy(policy, trace, hot) over
+  /// the selection trace of every (stream, layer), over every step since admission (warm-up
+  /// included), misses / (hits + misses); -1 without a hot buffer. `lru` reproduces the swap-in.
+  std::string policy;  ///< the point's policy ("" without a hot buffer)
+  double policy_miss_rate = -1;
+  double optimal_miss_rate = -1;                  ///< Belady's offline optimum on the same traces
+  int policy_steps = 0;                           ///< steps the traces cover
   std::size_t gpu_bytes_per_request = 0;          ///< as allocated by the engine
   std::size_t planned_gpu_bytes_per_request = 0;  ///< CapacityModel
   std::size_t planned_host_bytes_per_request = 0;
@@ -48,6 +59,10 @@ struct PointMetrics {
 };
 
 void to_json(nlohmann::json& j, const PointMetrics& m);
+
+/// Fills m.policy, policy_miss_rate and optimal_miss_rate from the engine's selection traces
+/// (nothing without a hot buffer). The random policy is seeded with the workload seed.
+void analyse_policy(const DecodeEngine& engine, const EngineConfig& config, PointMetrics& m);
 
 class Runner {
  public:

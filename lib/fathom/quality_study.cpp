@@ -40,7 +40,9 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
     const std::int64_t n = spec.tokens;
     PlaneStore store(Backend::cpu, PlaneLayoutKind::hbm, 1, d, n, "quality study planes");
     store.append(0, 1, data.keys.data(), d, 0, n);
-    const std::vector<int> fixed = calibrate_fixed_channels(data.variance, data.queries, d, 32);
+    // Offline calibration of the fixed channel sets on held-out queries (never the test queries).
+    const std::vector<int> fixed =
+        calibrate_fixed_channels(data.variance, data.calibration_queries, d, 32);
     std::vector<float> scores(static_cast<std::size_t>(n) * heads);
     std::vector<std::int32_t> oracle(
         static_cast<std::size_t>(config.sinks + config.recent + heads * keep));
@@ -64,7 +66,7 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
           // Fixed channel sets are calibrated per method size.
           if (methods[m].method == ScanMethod::fixed_channels && methods[m].channels != 32) {
             const auto own =
-                calibrate_fixed_channels(data.variance, data.queries, d, methods[m].channels);
+                calibrate_fixed_channels(data.variance, data.calibration_queries, d, methods[m].channels);
             depths = method_depths(methods[m], q, heads, d, data.variance, own);
           }
           kf::PlaneScanArgs args;

@@ -1,7 +1,19 @@
 // Small synthetic K/V/Q for Fathom's tests and quality study, with the properties that matter for
 // read depth: per-channel key variances spread over decades, a few outlier channels, query
-// weights spread independently of the key variances, sinks, a recency bump, planted relevant
+// weights that differ between the heads of a GQA group, sinks, a recency bump, planted relevant
 // tokens, and queries that drift step to step. Counter-based RNG: identical on every machine.
+//
+// Two profiles:
+//  - KeyProfile::rope_qk_norm (default): post-RoPE keys and queries of a QK-norm model
+//    (Qwen3-like, rotate-half pairs (i, i + d/2), base 1e6). Variance comes in channel pairs and
+//    grows towards the low-frequency pairs (which also carry a slowly rotating key bias, the
+//    "massive values" of real models); each head of the group weights the pairs differently
+//    (log-normal per head); the query is rotated by its position, so in high-frequency pairs the
+//    query's energy moves between the two channels of the pair from one decode step to the next,
+//    while a calibrated channel set can only see its average.
+//  - KeyProfile::independent: the wave-1 workload (independent channels, key variances uniform
+//    in log over key_spread_decades, query weights shared by the group, no rotation).
+// Calibration queries are held out: other content and other positions than the test queries.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +21,10 @@
 
 namespace hisparse::fathom {
 
+enum class KeyProfile { rope_qk_norm, independent };
+
 struct SyntheticKeySpec {
+  KeyProfile profile = KeyProfile::rope_qk_norm;
   std::int64_t tokens = 8192;
   int channels = 128;  ///< head_dim
   int heads = 4;       ///< query heads sharing the KV head
@@ -29,6 +44,12 @@ struct SyntheticKeySpec {
   double query_drift = 0.05;
   int calibration_skip = 16;  ///< tokens skipped by the calibration variance
   int calibration_tokens = 4096;
+  int calibration_queries = 64;  ///< held-out query steps for offline calibration (fixed sets)
+  // rope_qk_norm only:
+  double rope_base = 1e6;          ///< RoPE base (Qwen3)
+  double head_spread = 0.7;        ///< std of the per-head log amplitude of each pair
+  int bias_pairs = 4;              ///< lowest-frequency pairs with a slowly rotating key bias
+  double bias_scale = 3.0;         ///< bias magnitude in units of the pair's std
 };
 
 struct SyntheticKeys {
@@ -36,6 +57,7 @@ struct SyntheticKeys {
   std::vector<std::uint16_t> keys;    ///< bf16 [tokens][channels]
   std::vector<std::uint16_t> values;  ///< bf16 [tokens][channels]
   std::vector<float> queries;         ///< [steps][heads][channels]
+  std::vector<float> calibration_queries;  ///< held out: [calibration_queries][heads][channels]
   std::vector<float> variance;        ///< calibration Var(k_j) [channels]
 
   [[nodiscard]] const float* query(int step) const {

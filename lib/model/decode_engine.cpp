@@ -18,7 +18,10 @@
 #include "kernels/indexer/indexer.hpp"
 #include "kernels/topk/topk.hpp"
 #include "model/capacity_model.hpp"
+#include "model/engine_fathom_index.hpp"
+#include "model/engine_hot_rows.hpp"
 #include "model/kv_workload.hpp"
+#include "model/selection_quality.hpp"
 #include "model/weights.hpp"
 #include "trace/nvtx.hpp"
 
@@ -32,6 +35,14 @@ using std::size_t;
 // the selection its structure (channel spread, sinks, drift), the model makes the output depend
 // on the weights and the tokens.
 constexpr float kModelQueryShare = 0.25f;
+
+// Host pool / plane store room for generated tokens when the caller does not say how many steps.
+constexpr int kDefaultDecodeSteps = 256;
+// Fathom's fixed parts of a selection (REFERENCE.md section 2).
+constexpr int kFathomSinks = 4;
+constexpr int kFathomRecent = 32;
+// The hot buffer's upper bound (the swap-in's slot tables).
+constexpr int kMaxHotSlots = 32768;
 
 [[nodiscard]] size_t zu(std::int64_t v) {
   return static_cast<size_t>(v);
@@ -78,14 +89,17 @@ void rmsnorm(const float* x, const float* weight, float* y, int rows, int n, flo
   kernels::rmsnorm_ref(a);
 }
 
-// Times a phase into StepStats::phase_ms.
+// Times a phase into StepStats::phase_ms (or quality_ms for the name "quality").
 class PhaseTimer {
  public:
   PhaseTimer(StepStats& stats, const char* name)
       : stats_(stats), name_(name), start_(Clock::now()) {}
   ~PhaseTimer() {
-    stats_.phase_ms[name_] +=
-        std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+    if (std::string_view(name_) == "quality")
+      stats_.quality_ms += ms;
+    else
+      stats_.phase_ms[name_] += ms;
   }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
@@ -111,10 +125,20 @@ class DecodeEngine::Impl {
   EngineConfig config_;
   std::int64_t seq_len_ = 0;
   std::size_t gpu_bytes_per_request_ = 0;
+  int hot_slots_ = 0;
+  int width_ = 0;    ///< selection entries per stream
+  int streams_ = 0;  ///< KV streams per layer
+  std::unique_ptr<HotRowCache> hot_rows_;
+  std::vector<std::vector<float>> last_attention_;  ///< per layer
 
  private:
-  void validate() const;
   void fill_context();
+  void setup_offload();
+  void ensure_pool_room() const;
+  void place_hot(int layer, int kv_heads, std::int64_t seq_len, kernels::DecodeAttentionArgs& a,
+                 StepStats& stats);
+  void measure_quality(int layer, const kernels::DecodeAttentionArgs& sparse,
+                       const float* sparse_out, int groups, StepStats& stats);
   void ensure_capacity(std::int64_t rows);
   void attention_gqa(int layer, const float* h, float* x, StepStats& stats);
   void attention_mla(int layer, const float* h, float* x, StepStats& stats);
@@ -131,7 +155,14 @@ class DecodeEngine::Impl {
   KvWorkload workload_;
   int batch_ = 0;
   int top_k_ = 0;
-  bool sparse_ = false;
+  bool sparse_ = false;                 ///< the sparse-gpu selection (sparse-gpu, hisparse)
+  bool fathom_ = false;                 ///< the Fathom selection (fathom, hisparse+fathom)
+  std::int64_t pool_capacity_ = 0;      ///< tokens per stream of the host pool / plane stores
+  std::size_t deployed_row_bytes_ = 0;  ///< one stream's KV row in the deployment layout
+  std::unique_ptr<FathomKeyIndex> fathom_index_;
+  std::vector<std::int32_t> slots_;  ///< last swap-in output [streams][width]
+  int quality_samples_ = 0;
+  double recall_sum_ = 0, error_sum_ = 0;
   std::int64_t capacity_ = 0;  ///< rows per (request, KV head) allocated
   std::int64_t step_ = 0;
   int kv_heads_ = 0, key_dim_ = 0, value_dim_ = 0;
@@ -148,7 +179,8 @@ DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
       weights_((validate_config(model, config), model)),
       workload_(model, config.workload, config.concurrency, config.context_length) {
   batch_ = config.concurrency;
-  sparse_ = config.mode == Mode::sparse_gpu;
+  sparse_ = config.mode == Mode::sparse_gpu || config.mode == Mode::hisparse;
+  fathom_ = config.mode == Mode::fathom || config.mode == Mode::hisparse_fathom;
   top_k_ = config.top_k > 0 ? config.top_k : (model.has_indexer() ? model.indexer.top_k : 2048);
   kv_heads_ = workload_.kv_heads();
   key_dim_ = workload_.key_dim();
@@ -158,7 +190,16 @@ DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
   q.top_k = top_k_;
   q.hot_buffer = config.hot_buffer;
   q.budget_bits = config.budget_bits;
-  gpu_bytes_per_request_ = CapacityModel(model).footprint(config.mode, q).gpu_bytes;
+  if (config.mode == Mode::hisparse && !model.is_mla()) {
+    // Not planned by CapacityModel: the exact top-k reads every key (the K half of each row)
+    // on the GPU, the hot buffer holds hot + 1 rows per layer.
+    const std::size_t hot = zu(config.hot_buffer > 0 ? config.hot_buffer : 2 * top_k_);
+    gpu_bytes_per_request_ =
+        zu(model.layers) *
+        (model.kv_row_bytes() / 2 * zu(config.context_length) + model.kv_row_bytes() * (hot + 1));
+  } else {
+    gpu_bytes_per_request_ = CapacityModel(model).footprint(config.mode, q).gpu_bytes;
+  }
   seq_len_ = config.context_length;
   tokens_.resize(zu(batch_));
   for (int b = 0; b < batch_; ++b)
@@ -166,6 +207,135 @@ DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
         random_bits(config.workload.seed ^ 0x70c0ull, static_cast<std::uint64_t>(b)) %
         static_cast<std::uint64_t>(model.vocab));
   fill_context();
+  setup_offload();
+  last_attention_.resize(zu(model.layers));
+}
+
+// The host-side structures of the offloading modes, filled from the context.
+void DecodeEngine::Impl::setup_offload() {
+  HISPARSE_FUNC_RANGE();
+  const bool mla = model_.is_mla();
+  streams_ = mla ? batch_ : batch_ * kv_heads_;
+  deployed_row_bytes_ = mla ? model_.kv_row_bytes() : model_.kv_row_bytes() / zu(kv_heads_);
+  const int steps = config_.max_decode_steps > 0 ? config_.max_decode_steps : kDefaultDecodeSteps;
+  pool_capacity_ = seq_len_ + steps;
+  width_ = config_.mode == Mode::dense ? 0 : top_k_;
+  if (fathom_) {
+    FathomIndexShape shape;
+    shape.layers = model_.layers;
+    shape.streams = streams_;
+    shape.head_dim = key_dim_;
+    shape.group = model_.gqa.q_heads / kv_heads_;
+    shape.capacity = pool_capacity_;
+    fathom_index_ = std::make_unique<FathomKeyIndex>(
+        shape, fathom::SelectorConfig{top_k_, kFathomSinks, kFathomRecent, config_.budget_bits},
+        Backend::cpu);
+    for (int l = 0; l < model_.layers; ++l)
+      fathom_index_->load_context(l, k_cache_[zu(l)].host_data(), capacity_ * key_dim_, seq_len_);
+    width_ = fathom_index_->width();
+  }
+  if (config_.mode != Mode::hisparse && config_.mode != Mode::hisparse_fathom) return;
+  hot_slots_ = config_.hot_buffer > 0 ? config_.hot_buffer : 2 * top_k_;
+  if (hot_slots_ < width_)
+    throw Error(
+        "hot_buffer",
+        config_.mode == Mode::hisparse
+            ? fmt::format("hot_buffer {} is smaller than top_k {}", hot_slots_, width_)
+            : fmt::format("hot_buffer {} cannot hold one Fathom selection of up to {} rows "
+                          "({} sinks + {} recent + {} query heads x (top_k {} - {}))",
+                          hot_slots_, width_, kFathomSinks, kFathomRecent,
+                          model_.gqa.q_heads / kv_heads_, top_k_, kFathomSinks + kFathomRecent),
+        fmt::format("use hot_buffer >= {}", width_));
+  HotRowShape shape;
+  shape.streams = streams_;
+  shape.layers = model_.layers;
+  shape.capacity = pool_capacity_;
+  shape.row_floats = mla ? key_dim_ : 2 * key_dim_;
+  shape.hot = hot_slots_;
+  shape.width = width_;
+  hot_rows_ = std::make_unique<HotRowCache>(shape, Backend::cpu);
+  for (int l = 0; l < model_.layers; ++l)
+    for (int s = 0; s < streams_; ++s)
+      for (std::int64_t t = 0; t < seq_len_; ++t) {
+        float* row = hot_rows_->pool_row(s, l, t);
+        const size_t at = (zu(s) * zu(capacity_) + zu(t)) * zu(key_dim_);
+        std::copy_n(k_cache_[zu(l)].host_data() + at, key_dim_, row);
+        if (!mla) std::copy_n(v_cache_[zu(l)].host_data() + at, key_dim_, row + key_dim_);
+      }
+  hot_rows_->admit_all(seq_len_);
+}
+
+void DecodeEngine::Impl::ensure_pool_room() const {
+  if ((hot_rows_ || fathom_index_) && seq_len_ >= pool_capacity_)
+    throw Error(fmt::format("mode {}", name_of(config_.mode)),
+                fmt::format("step {} needs room for token {}, the host pool holds {} tokens per "
+                            "request (context {} + max_decode_steps)",
+                            step_, seq_len_, pool_capacity_, config_.context_length),
+                "raise EngineConfig::max_decode_steps to the number of steps the run takes");
+}
+
+// HiSparse placement of one layer: swap-in of the selection in indices_, then point the
+// attention at the hot rows and the slots the swap-in resolved.
+void DecodeEngine::Impl::place_hot(int l, int kv_heads, std::int64_t seq_len,
+                                   kernels::DecodeAttentionArgs& a, StepStats& stats) {
+  HISPARSE_RANGE("swap_in", Phase::swap_in);
+  PhaseTimer t(stats, "swap_in");
+  slots_.resize(indices_.size());
+  const SwapInStats s = hot_rows_->swap_in(l, indices_.data(), seq_len, slots_.data());
+  stats.hits += s.hits;
+  stats.misses += s.misses;
+  // Deployment bytes: a miss fetches one stream's row in the model's KV layout.
+  stats.bytes_h2d += s.misses * static_cast<std::int64_t>(deployed_row_bytes_);
+  const float* rows = hot_rows_->layer_rows(l);
+  const int row_floats = hot_rows_->shape().row_floats;
+  a.k = rows;
+  a.v = model_.is_mla() ? rows : rows + key_dim_;
+  a.kv_heads = kv_heads;
+  a.capacity = hot_slots_ + 1;
+  a.k_row_stride = row_floats;
+  a.v_row_stride = row_floats;
+  a.indices = slots_.data();
+}
+
+// Recall of the selection (positions in indices_) and error of the attention output against
+// dense attention over the whole cache, for the sampled layers.
+void DecodeEngine::Impl::measure_quality(int l, const kernels::DecodeAttentionArgs& sparse,
+                                         const float* sparse_out, int groups, StepStats& stats) {
+  const bool sampled = l == 0 || l == model_.layers - 1;  // DecodeEngine::is_quality_layer
+  if (!config_.quality_metrics || config_.mode == Mode::dense || !sampled) return;
+  PhaseTimer t(stats, "quality");
+  const bool mla = model_.is_mla();
+  const std::int64_t len = seq_len_ + 1;
+  const std::vector<std::int64_t> lens(zu(batch_), len);
+  kernels::DecodeAttentionArgs d = sparse;
+  d.k = k_cache_[zu(l)].host_data();
+  d.v = mla ? d.k : v_cache_[zu(l)].host_data();
+  d.kv_heads = mla ? 1 : kv_heads_;
+  d.capacity = capacity_;
+  d.k_row_stride = mla ? key_dim_ : 0;
+  d.v_row_stride = mla ? key_dim_ : 0;
+  d.indices = nullptr;
+  d.seq_lens = lens.data();
+  std::vector<float> dense(zu(batch_) * zu(d.q_heads) * zu(d.v_dim));
+  d.out = dense.data();
+  kernels::decode_attention_ref(d);
+  SelectionRecallArgs r;
+  r.q = sparse.q;
+  r.k = d.k;
+  r.batch = batch_;
+  r.q_heads = d.q_heads;
+  r.kv_heads = d.kv_heads;
+  r.dim = d.qk_dim;
+  r.capacity = capacity_;
+  r.k_row_stride = d.k_row_stride;
+  r.seq_len = len;
+  r.selected = indices_.data();
+  r.groups = groups;
+  r.width = width_;
+  r.top_k = top_k_;
+  recall_sum_ += selection_recall(r);
+  error_sum_ += mean_relative_l2_error(sparse_out, dense.data(), batch_ * d.q_heads, d.v_dim);
+  ++quality_samples_;
 }
 
 void DecodeEngine::Impl::fill_context() {
@@ -232,8 +402,13 @@ StepStats DecodeEngine::Impl::step() {
   StepStats stats;
   for (const char* p : {"embed", "indexer", "topk", "attention", "ffn", "lm_head", "append"})
     stats.phase_ms[p] = 0.0;
+  if (hot_rows_) stats.phase_ms["swap_in"] = 0.0;
+  if (fathom_) stats.phase_ms["scan"] = 0.0;
   const auto start = Clock::now();
+  ensure_pool_room();
   ensure_capacity(seq_len_ + 1);
+  quality_samples_ = 0;
+  recall_sum_ = error_sum_ = 0;
   const int H = model_.hidden;
   std::vector<float> x(zu(batch_) * zu(H)), h(x.size());
   {
@@ -277,7 +452,12 @@ StepStats DecodeEngine::Impl::step() {
   tokens_ = stats.next_tokens;
   ++seq_len_;
   ++step_;
-  stats.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (quality_samples_ > 0) {
+    stats.recall = recall_sum_ / quality_samples_;
+    stats.attention_rel_error = error_sum_ / quality_samples_;
+  }
+  stats.step_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - start).count() - stats.quality_ms;
   return stats;
 }
 
@@ -333,6 +513,17 @@ void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStat
         std::copy_n(v.data() + (zu(b) * zu(kvh) + zu(g)) * zu(hd), hd,
                     v_cache_[zu(l)].host_data() + row * zu(hd));
       }
+    // The offloaded copies: [K | V] rows of the host pool and the newest-token slot; the
+    // Fathom planes (k is [batch][kv_heads][head_dim] = [streams][head_dim]).
+    if (hot_rows_) {
+      std::vector<float> kv_row(2 * zu(hd));
+      for (int st = 0; st < batch_ * kvh; ++st) {
+        std::copy_n(k.data() + zu(st) * zu(hd), hd, kv_row.data());
+        std::copy_n(v.data() + zu(st) * zu(hd), hd, kv_row.data() + hd);
+        hot_rows_->append(l, st, pos + 1, kv_row.data());
+      }
+    }
+    if (fathom_index_) fathom_index_->append(l, k.data());
   }
   const std::vector<std::int64_t> lens(zu(batch_), pos + 1);
   kernels::DecodeAttentionArgs a;
@@ -366,6 +557,9 @@ void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStat
       m.scale = a.scale;
       kernels::group_attention_mass_ref(m);
     }
+    // The exact top-k reads every key: the K half of each KV row.
+    stats.bytes_scanned +=
+        static_cast<std::int64_t>(model_.kv_row_bytes() / 2) * batch_ * (pos + 1);
     HISPARSE_RANGE("topk", Phase::topk);
     PhaseTimer t(stats, "topk");
     std::vector<std::int64_t> group_lens(zu(batch_) * zu(kvh), pos + 1);
@@ -381,13 +575,33 @@ void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStat
     a.indices = indices_.data();
     a.top_k = top_k_;
     a.index_groups = kvh;
+  } else if (fathom_) {
+    HISPARSE_RANGE("fathom_select", Phase::scan);
+    PhaseTimer t(stats, "scan");
+    indices_.assign(zu(streams_) * zu(width_), -1);
+    // q is [batch][q_heads][head_dim] = [streams][group][head_dim].
+    const FathomSelectStats fs = fathom_index_->select(l, q.data(), indices_.data());
+    stats.bytes_scanned += fs.bytes_scanned;
+    // Fathom caches nothing between steps: every selected row crosses the link.
+    if (!hot_rows_)
+      stats.bytes_h2d += fs.rows_selected * static_cast<std::int64_t>(deployed_row_bytes_);
+    a.indices = indices_.data();
+    a.top_k = width_;
+    a.index_groups = kvh;
   }
-  HISPARSE_RANGE("attention", Phase::attention);
-  PhaseTimer t(stats, "attention");
+  if (hot_rows_) place_hot(l, kvh, pos + 1, a, stats);
   std::vector<float> out(q.size());
-  a.out = out.data();
-  kernels::decode_attention_ref(a);
+  {
+    HISPARSE_RANGE("attention", Phase::attention);
+    PhaseTimer t(stats, "attention");
+    a.out = out.data();
+    kernels::decode_attention_ref(a);
+  }
+  measure_quality(l, a, out.data(), kvh, stats);
+  HISPARSE_RANGE("o_proj", Phase::gemm);
+  PhaseTimer t(stats, "attention");
   linear(out.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, qh * hd, 1.0f);
+  last_attention_[zu(l)] = std::move(out);
 }
 
 void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStats& stats) {
@@ -450,11 +664,12 @@ void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStat
     for (int b = 0; b < batch_; ++b)
       std::copy_n(kv.data() + zu(b) * zu(row), row,
                   k_cache_[zu(l)].host_data() + (zu(b) * zu(capacity_) + zu(pos)) * zu(row));
+    if (hot_rows_)
+      for (int b = 0; b < batch_; ++b)
+        hot_rows_->append(l, b, pos + 1, kv.data() + zu(b) * zu(row));
   }
   if (model_.has_indexer() && indexer_layer(l) == l) select_dsa(l, h, q_a.data(), stats);
   const std::vector<std::int64_t> lens(zu(batch_), pos + 1);
-  HISPARSE_RANGE("attention", Phase::attention);
-  PhaseTimer t(stats, "attention");
   std::vector<float> lat(zu(batch_) * zu(heads) * zu(lora));
   kernels::DecodeAttentionArgs a;
   a.q = q_abs.data();
@@ -480,7 +695,15 @@ void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStat
                 "sparse-gpu on an MLA model needs a DSA indexer",
                 "add `indexer:` to the model or use mode dense");
   }
-  kernels::decode_attention_ref(a);
+  if (hot_rows_) place_hot(l, 1, pos + 1, a, stats);
+  {
+    HISPARSE_RANGE("attention", Phase::attention);
+    PhaseTimer t(stats, "attention");
+    kernels::decode_attention_ref(a);
+  }
+  measure_quality(l, a, lat.data(), 1, stats);
+  HISPARSE_RANGE("o_proj", Phase::gemm);
+  PhaseTimer t(stats, "attention");
   // Up-project the attended latent per head (W_uv) and apply o_proj.
   std::vector<float> o(zu(batch_) * zu(heads) * zu(vd));
   for (int b = 0; b < batch_; ++b)
@@ -489,6 +712,7 @@ void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStat
              kv_b + (zu(hh) * zu(nope + vd) + zu(nope)) * zu(lora),
              o.data() + (zu(b) * zu(heads) + zu(hh)) * zu(vd), 1, vd, lora);
   linear(o.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, heads * vd, 1.0f);
+  last_attention_[zu(l)] = std::move(lat);
 }
 
 // DSA: append the new index key, then (sparse-gpu) score every token and take the top-k.
@@ -552,6 +776,8 @@ void DecodeEngine::Impl::select_dsa(int l, const float* h, const float* q_a, Ste
     a.dim = ix.head_dim;
     a.capacity = capacity_;
     kernels::indexer_ref(a);
+    // The indexer reads every token's index key (fp8 values + fp32 scale).
+    stats.bytes_scanned += static_cast<std::int64_t>(model_.index_key_bytes()) * batch_ * (pos + 1);
   }
   HISPARSE_RANGE("topk", Phase::topk);
   PhaseTimer t(stats, "topk");
@@ -618,12 +844,11 @@ void DecodeEngine::Impl::ffn(int l, const float* h, float* x) {
 void validate_config(const ModelSpec& model, const EngineConfig& c) {
   if (c.backend == Backend::cuda)
     throw Error("--backend cuda", "CUDA decode engine not yet implemented", "use --backend cpu");
-  if (c.mode != Mode::dense && c.mode != Mode::sparse_gpu)
-    throw Error(fmt::format("mode {}", name_of(c.mode)),
-                "the CPU decode engine runs modes dense and sparse-gpu only so far",
-                "use mode dense or sparse-gpu");
+  // hisparse on a GQA model places the rows of the exact top-k (the sparse-gpu selection) in the
+  // hot buffer: a study configuration the engine runs although CapacityModel does not plan it.
+  const bool gqa_hisparse = c.mode == Mode::hisparse && !model.is_mla();
   std::string why;
-  if (!mode_supported(model, c.mode, &why))
+  if (!gqa_hisparse && !mode_supported(model, c.mode, &why))
     throw Error(fmt::format("mode {}", name_of(c.mode)), why, "pick a mode the model supports");
   if (c.mode == Mode::sparse_gpu && model.is_mla() && !model.has_indexer())
     throw Error(fmt::format("mode {}", name_of(c.mode)),
@@ -639,6 +864,12 @@ void validate_config(const ModelSpec& model, const EngineConfig& c) {
   if (c.top_k < 0)
     throw Error("top_k", fmt::format("must not be negative, got {}", c.top_k),
                 "use 0 for the model's default or a positive count");
+  if (c.hot_buffer < 0 || c.hot_buffer > kMaxHotSlots)
+    throw Error("hot_buffer", fmt::format("{} slots is outside 0..{}", c.hot_buffer, kMaxHotSlots),
+                "use 0 (2 x top_k) or a slot count from top_k to 32768");
+  if (c.max_decode_steps < 0)
+    throw Error("max_decode_steps", fmt::format("must not be negative, got {}", c.max_decode_steps),
+                "use 0 for the default or the number of steps the run takes");
 }
 
 DecodeEngine::DecodeEngine(const ModelSpec& model, const EngineConfig& config)
@@ -661,6 +892,28 @@ std::size_t DecodeEngine::gpu_bytes_per_request() const noexcept {
 }
 std::int64_t DecodeEngine::sequence_length() const noexcept {
   return impl_->seq_len_;
+}
+int DecodeEngine::hot_slots() const noexcept {
+  return impl_->hot_slots_;
+}
+int DecodeEngine::selection_width() const noexcept {
+  return impl_->width_;
+}
+int DecodeEngine::kv_streams() const noexcept {
+  return impl_->streams_;
+}
+std::vector<SelectionTrace> DecodeEngine::selection_traces() const {
+  return impl_->hot_rows_ ? impl_->hot_rows_->traces() : std::vector<SelectionTrace>{};
+}
+std::vector<float> DecodeEngine::last_attention(int layer) const {
+  if (layer < 0 || layer >= impl_->model_.layers)
+    throw Error("last_attention",
+                fmt::format("layer {} is outside 0..{}", layer, impl_->model_.layers - 1),
+                "pass a layer of the model");
+  return impl_->last_attention_[zu(layer)];
+}
+bool DecodeEngine::is_quality_layer(int layer) const noexcept {
+  return layer == 0 || layer == impl_->model_.layers - 1;
 }
 
 }  // namespace hisparse

@@ -2,6 +2,19 @@
 // (reference) or the CUDA backend. The context of each request is synthesised by KvWorkload (a
 // decode-only benchmark needs the cache, not the prefill), then every step runs the model on the
 // batch's newest tokens, appends their KV and picks the next tokens greedily.
+//
+// Modes (per layer of a step):
+//   dense           attention over every cached row;
+//   sparse-gpu      DSA indexer top-k (MLA) or exact top-k by group attention mass (GQA), then
+//                   attention over the selected GPU-resident rows;
+//   hisparse        the sparse-gpu selection, then a HotCache swap-in per layer: attention reads
+//                   the hot-buffer slots it returns (misses fetched from the host pool);
+//   fathom          (GQA) bit-plane scan of the offloaded 4-bit keys (FathomSelector), then exact
+//                   attention over the selected rows read from host memory;
+//   hisparse+fathom the Fathom selection through the HotCache swap-in.
+// Quality (sparse modes, on a sample of layers: the first and the last): selection recall against
+// each query head's exact top-k, and the relative L2 error of the attention output against dense
+// attention over all tokens on the same layer inputs.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +24,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "hotcache/policies.hpp"
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
 
@@ -23,10 +37,10 @@ struct WorkloadSpec {
   double channel_spread_decades = 3.0;  ///< per-channel key variances span this many decades
   int outlier_channels = 4;             ///< channels with very large magnitude
   double outlier_scale = 20.0;
-  int sink_tokens = 4;                  ///< tokens that attract attention regardless of content
-  double recency_bias = 0.5;            ///< strength of attention to recent tokens, 0..1
-  double query_drift = 0.05;            ///< step-to-step change of each query, 0..1
-  std::string replay_path;              ///< captured q/k tensors (safetensors or .npy) for replay
+  int sink_tokens = 4;        ///< tokens that attract attention regardless of content
+  double recency_bias = 0.5;  ///< strength of attention to recent tokens, 0..1
+  double query_drift = 0.05;  ///< step-to-step change of each query, 0..1
+  std::string replay_path;    ///< captured q/k tensors (safetensors or .npy) for replay
 };
 
 struct EngineConfig {
@@ -37,19 +51,32 @@ struct EngineConfig {
   int top_k = 0;                       ///< 0: the model's indexer top_k (DSA) or 2048
   int hot_buffer = 0;                  ///< hisparse slots per request and layer (0: 2 * top_k)
   int budget_bits = 48;                ///< fathom plane bits per token per KV head
-  std::string policy = "lru";          ///< hot-buffer replacement (analysis): lru|fifo|random|belady
+  std::string policy = "lru";  ///< hot-buffer replacement (analysis): lru|fifo|random|belady
   WorkloadSpec workload;
+  int max_decode_steps = 0;     ///< steps the engine may run: sizes the host pool and plane stores
+                                ///< of hisparse/fathom modes (0: 256); the Runner sets it
+  bool quality_metrics = true;  ///< measure recall / attention error on sampled layers
 };
 
-/// Time of one phase of a step, summed over layers.
+/// What one step did. Byte counts are those of the deployment's row layout (model.kv_row_bytes():
+/// one KV row per token and layer on MLA, its 1 / kv_heads share per KV head on GQA), not of the
+/// CPU engine's float rows.
 struct StepStats {
-  double step_ms = 0.0;
+  double step_ms = 0.0;                    ///< without quality_ms
   std::map<std::string, double> phase_ms;  ///< "embed", "indexer", "topk", "attention", "ffn", ...
-  std::int64_t hits = 0;                   ///< hot-buffer hits (hisparse modes)
-  std::int64_t misses = 0;
-  std::int64_t bytes_h2d = 0;              ///< bytes moved host -> device this step
-  std::int64_t bytes_scanned = 0;          ///< bytes read to select rows this step
-  std::vector<std::int32_t> next_tokens;   ///< greedy choice per request
+                                           ///< plus "swap_in" (hisparse modes), "scan" (fathom)
+  std::int64_t hits = 0;    ///< hot-buffer hits, newest token included (hisparse modes)
+  std::int64_t misses = 0;  ///< rows fetched from the host pool (hisparse modes)
+  /// Bytes moved host -> device: misses x row bytes (hisparse modes), selected rows x row bytes
+  /// (fathom: no rows are cached between steps); 0 for dense and sparse-gpu.
+  std::int64_t bytes_h2d = 0;
+  /// Bytes read to select rows: index keys (DSA, 132 B per token and indexer layer on the large
+  /// models), keys (exact top-k on GQA: the K half of the row), plane words + fp16 scales (fathom).
+  std::int64_t bytes_scanned = 0;
+  double recall = -1;               ///< selection recall, mean over sampled layers; -1 not measured
+  double attention_rel_error = -1;  ///< relative L2 error vs dense attention; -1 not measured
+  double quality_ms = 0.0;          ///< time spent measuring recall and error (not in step_ms)
+  std::vector<std::int32_t> next_tokens;  ///< greedy choice per request
 };
 
 class DecodeEngine {
@@ -70,6 +97,21 @@ class DecodeEngine {
   [[nodiscard]] std::size_t gpu_bytes_per_request() const noexcept;
   /// Current sequence length of each request (context + steps run).
   [[nodiscard]] std::int64_t sequence_length() const noexcept;
+  /// Hot-buffer slots per (stream, layer) in hisparse modes; 0 otherwise.
+  [[nodiscard]] int hot_slots() const noexcept;
+  /// Entries of one step's selection per stream: top_k (sparse-gpu, hisparse), sinks + recent +
+  /// group x (top_k - sinks - recent) (fathom modes); 0 for dense.
+  [[nodiscard]] int selection_width() const noexcept;
+  /// KV streams per layer: requests (MLA) or requests x kv_heads (GQA).
+  [[nodiscard]] int kv_streams() const noexcept;
+  /// Hisparse modes: every selection the swap-in resolved since admission (warm-up included),
+  /// index layer * kv_streams() + stream; empty in other modes. For hisparse::simulate_policy.
+  [[nodiscard]] std::vector<SelectionTrace> selection_traces() const;
+  /// The attention output of `layer` in the last step, [batch][q_heads][v_dim] (MLA: the attended
+  /// latent before W_uv); empty before the first step.
+  [[nodiscard]] std::vector<float> last_attention(int layer) const;
+  /// Layers whose quality is measured: the first and the last.
+  [[nodiscard]] bool is_quality_layer(int layer) const noexcept;
 
  private:
   class Impl;

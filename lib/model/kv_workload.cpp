@@ -10,6 +10,7 @@
 #include "core/rng.hpp"
 #include "kernels/indexer/indexer.hpp"
 #include "kernels/topk/topk.hpp"
+#include "model/replay_capture.hpp"
 
 namespace hisparse {
 namespace {
@@ -17,6 +18,7 @@ enum : std::uint64_t { kScale = 1, kAnchor, kKey, kValue, kQuery, kIndexPick, kP
 constexpr double kRecencyTokens = 64.0;
 constexpr float kSinkSigmas = 8.0f;  // sinks win against any content
 constexpr float kRecencySigmas = 3.0f;
+constexpr int kCalibrationSkip = 16;  // Fathom's calibration skips the first 16 tokens (sinks)
 }  // namespace
 
 std::uint64_t KvWorkload::stream(std::uint64_t kind, std::uint64_t a, std::uint64_t b,
@@ -31,10 +33,9 @@ KvWorkload::KvWorkload(const ModelSpec& model, const WorkloadSpec& spec, int req
       requests_(requests),
       context_(context_length),
       layers_(model.layers) {
-  if (spec.generator != "synthetic")
-    throw Error("workload.generator",
-                fmt::format("generator '{}' is not implemented yet", spec.generator),
-                "use workload.generator: synthetic");
+  if (spec.generator != "synthetic" && spec.generator != "replay")
+    throw Error("workload.generator", fmt::format("unknown generator '{}'", spec.generator),
+                "use workload.generator: synthetic or replay");
   if (spec.query_drift < 0 || spec.query_drift > 1)
     throw Error("workload.query_drift", fmt::format("must lie in [0, 1], got {}", spec.query_drift),
                 "use e.g. 0.05");
@@ -52,6 +53,7 @@ KvWorkload::KvWorkload(const ModelSpec& model, const WorkloadSpec& spec, int req
     index_heads_ = model.indexer.heads;
     index_dim_ = model.indexer.head_dim;
   }
+  if (spec.generator == "replay") load_capture(model);
   const int outliers = std::clamp(spec.outlier_channels, 0, key_dim_);
   for (int l = 0; l < layers_; ++l) {
     for (int g = 0; g < kv_heads_; ++g) {
@@ -93,6 +95,30 @@ KvWorkload::KvWorkload(const ModelSpec& model, const WorkloadSpec& spec, int req
   }
 }
 
+void KvWorkload::load_capture(const ModelSpec& model) {
+  ReplayGeometry geo;
+  geo.model_name = model.name;
+  geo.mla = mla_;
+  geo.layers = layers_;
+  geo.kv_heads = kv_heads_;
+  geo.q_heads = q_heads_;
+  geo.key_dim = key_dim_;
+  geo.value_dim = value_dim_;
+  auto capture = std::make_shared<const ReplayCapture>(spec_.replay_path, geo);
+  if (context_ > capture->tokens())
+    throw Error(fmt::format("workload.replay_path: {}", capture->key_source()),
+                fmt::format("context_length {} is longer than the {} captured tokens", context_,
+                            capture->tokens()),
+                fmt::format("lower context_length to at most {} or capture more tokens",
+                            capture->tokens()));
+  notes_ = capture->notes();
+  if (!mla_ && !capture->has_values())
+    notes_.emplace_back("no values (v) captured: values are synthetic N(0, 1)");
+  if (index_dim_ > 0)
+    notes_.emplace_back("DSA index keys and queries are channels of the captured keys and queries");
+  capture_ = std::move(capture);
+}
+
 float KvWorkload::boost(std::int64_t token, int layer, int kv_head) const {
   const float sigma = sigma_[static_cast<std::size_t>(layer * kv_heads_ + kv_head)];
   const float c_q = 0.5f * std::sqrt(static_cast<float>(key_dim_));
@@ -105,6 +131,7 @@ float KvWorkload::boost(std::int64_t token, int layer, int kv_head) const {
 
 void KvWorkload::keys(int request, int layer, int kv_head, std::int64_t first, std::int64_t count,
                       float* out) const {
+  if (capture_) return capture_->keys(layer, kv_head, first, count, out);
   const auto idx = static_cast<std::size_t>(layer * kv_heads_ + kv_head);
   const std::vector<float>& d = scale_[idx];
   const std::vector<float>& a = anchor_[idx];
@@ -133,6 +160,8 @@ void KvWorkload::values(int request, int layer, int kv_head, std::int64_t first,
     }
     return;
   }
+  if (capture_ && capture_->has_values())
+    return capture_->values(layer, kv_head, first, count, out);
   const std::uint64_t s =
       stream(kValue, static_cast<std::uint64_t>(request), static_cast<std::uint64_t>(layer),
              static_cast<std::uint64_t>(kv_head));
@@ -157,12 +186,14 @@ void KvWorkload::index_keys(int request, int layer, std::int64_t first, std::int
 }
 
 std::vector<float> KvWorkload::channel_variance(int layer, int kv_head) const {
+  if (capture_) return capture_->key_variance(layer, kv_head, kCalibrationSkip);
   std::vector<float> v = scale_[static_cast<std::size_t>(layer * kv_heads_ + kv_head)];
   for (float& x : v) x *= x;
   return v;
 }
 
 void KvWorkload::queries(int request, int layer, std::int64_t step, float* out) const {
+  if (capture_) return capture_->queries(layer, step, out);
   const std::size_t n = static_cast<std::size_t>(q_heads_) * key_dim_;
   const float rho = static_cast<float>(1.0 - spec_.query_drift);
   const float fresh = std::sqrt(std::max(0.0f, 1.0f - rho * rho));

@@ -18,6 +18,13 @@
 // Queries: q = n_s + 0.5 sqrt(key_dim) a per head, n_s a random walk with correlation
 // 1 - query_drift between consecutive steps (n_0 ~ N(0, 1)), so selections of successive steps
 // overlap the more the smaller the drift.
+// Replay (generator "replay", see model/replay_capture.hpp for the accepted files and shapes):
+// keys and queries come from tensors captured from a real model; every request replays the same
+// captured sequence. Values are the captured v when present, else the synthetic N(0, 1) values
+// (said in notes()); MLA values stay the latent part of the keys. channel_variance() is the
+// captured keys' variance over tokens 16 .. end, what calibration measures. DSA index keys and
+// queries are channels of them, as for synthetic data. The context must fit in the captured
+// tokens; decode steps beyond the captured queries start again from the first.
 // Index keys (DSA): index_dim channels of the key picked in a seeded order per layer; index
 // queries take the same channels of the attention queries (index head h uses attention head
 // h mod q_heads), with weights 1 / index_heads, so the indexer ranks tokens much like attention.
@@ -25,13 +32,17 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "model/decode_engine.hpp"
 #include "model/model_spec.hpp"
 
 namespace hisparse {
+
+class ReplayCapture;
 
 class KvWorkload {
  public:
@@ -47,6 +58,12 @@ class KvWorkload {
   [[nodiscard]] int value_dim() const noexcept { return value_dim_; }
   [[nodiscard]] int index_heads() const noexcept { return index_heads_; }  ///< 0 without indexer
   [[nodiscard]] int index_dim() const noexcept { return index_dim_; }
+  /// True when keys and queries come from a capture (generator "replay").
+  [[nodiscard]] bool replay() const noexcept { return capture_ != nullptr; }
+  /// The capture being replayed (nullptr for synthetic workloads).
+  [[nodiscard]] const ReplayCapture* capture() const noexcept { return capture_.get(); }
+  /// What a report should say about the data (synthetic values under replay, layer reuse, ...).
+  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
 
   /// Keys of tokens [first, first + count) of (request, layer, kv_head): [count x key_dim].
   void keys(int request, int layer, int kv_head, std::int64_t first, std::int64_t count,
@@ -76,8 +93,11 @@ class KvWorkload {
   [[nodiscard]] std::uint64_t stream(std::uint64_t kind, std::uint64_t a, std::uint64_t b = 0,
                                      std::uint64_t c = 0) const noexcept;
   [[nodiscard]] float boost(std::int64_t token, int layer, int kv_head) const;
+  void load_capture(const ModelSpec& model);
 
   WorkloadSpec spec_;
+  std::shared_ptr<const ReplayCapture> capture_;
+  std::vector<std::string> notes_;
   bool mla_ = false;
   int requests_ = 0;
   std::int64_t context_ = 0;

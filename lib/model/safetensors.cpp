@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,17 @@ constexpr std::uint64_t kMaxHeader = 100ull << 20;  // the format's own limit
 
 std::string tensor_where(const std::filesystem::path& file, const std::string& name) {
   return fmt::format("{}: tensor {}", file.string(), name);
+}
+
+// A list as text for a message; nested values are elided (dumping a hostile, deeply nested
+// header would recurse once per level).
+std::string flat_text(const nlohmann::json& list) {
+  std::string out = "[";
+  for (const auto& v : list) {
+    if (out.size() > 1) out += ",";
+    out += v.is_primitive() ? v.dump() : (v.is_array() ? "[...]" : "{...}");
+  }
+  return out + "]";
 }
 
 }  // namespace
@@ -69,16 +81,28 @@ SafetensorsIndex read_safetensors_index(const std::filesystem::path& file) {
     SafetensorsEntry t;
     t.name = name;
     t.dtype = parse_dtype(entry["dtype"].get<std::string>(), at);
-    std::uint64_t elements = 1;
+    // Bytes the shape needs; a product past 2^64 cannot match any file, so it is refused before
+    // it can wrap around to a small number that would.
+    std::uint64_t need = size_of(t.dtype);
+    bool too_large = false;
     for (const auto& d : entry["shape"]) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
         throw Error(at,
                     fmt::format("shape {} has a dimension that is not a non-negative integer",
-                                entry["shape"].dump()),
+                                flat_text(entry["shape"])),
                     "rewrite the file with a safetensors writer");
       t.shape.push_back(d.get<std::int64_t>());
-      elements *= static_cast<std::uint64_t>(t.shape.back());
+      const auto du = static_cast<std::uint64_t>(t.shape.back());
+      if (du != 0 && need > std::numeric_limits<std::uint64_t>::max() / du) too_large = true;
+      need *= du;
     }
+    if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) {
+      need = 0;
+      too_large = false;
+    }
+    if (too_large)
+      throw Error(at, fmt::format("shape {} is too large for any file", entry["shape"].dump()),
+                  "the header is corrupt; rewrite the file");
     const auto& off = entry["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       throw Error(at, "data_offsets must be two non-negative integers",
@@ -90,12 +114,12 @@ SafetensorsIndex read_safetensors_index(const std::filesystem::path& file) {
                   fmt::format("data_offsets [{}, {}] fall outside the data section of {} bytes",
                               t.begin, t.end, data_size),
                   "the file is truncated or its header is wrong");
-    if (t.end - t.begin != elements * size_of(t.dtype))
-      throw Error(at,
-                  fmt::format("data_offsets [{}, {}] hold {} bytes but shape {} of {} needs {}",
-                              t.begin, t.end, t.end - t.begin, entry["shape"].dump(),
-                              name_of(t.dtype), elements * size_of(t.dtype)),
-                  "the header does not match the data; rewrite the file");
+    if (t.end - t.begin != need)
+      throw Error(
+          at,
+          fmt::format("data_offsets [{}, {}] hold {} bytes but shape {} of {} needs {}", t.begin,
+                      t.end, t.end - t.begin, entry["shape"].dump(), name_of(t.dtype), need),
+          "the header does not match the data; rewrite the file");
     index.tensors.push_back(std::move(t));
   }
   std::sort(index.tensors.begin(), index.tensors.end(),
@@ -113,6 +137,18 @@ SafetensorsIndex read_safetensors_index(const std::filesystem::path& file) {
     if (!furthest || cur.end > furthest->end) furthest = &cur;
   }
   return index;
+}
+
+std::vector<std::uint8_t> read_safetensors_bytes(const SafetensorsIndex& index,
+                                                 const SafetensorsEntry& entry) {
+  std::ifstream in(index.file, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(index.data_start + entry.begin));
+  std::vector<std::uint8_t> raw(entry.end - entry.begin);
+  in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+  if (!in)
+    throw Error(tensor_where(index.file, entry.name), "could not read the tensor data",
+                "the file is truncated or was changed while being read");
+  return raw;
 }
 
 std::vector<float> read_safetensors_floats(const SafetensorsIndex& index,

@@ -30,6 +30,10 @@ struct SafetensorsIndex {
 /// and offsets (end - begin = elements x dtype size, inside the data section, no overlaps).
 [[nodiscard]] SafetensorsIndex read_safetensors_index(const std::filesystem::path& file);
 
+/// Reads one tensor's raw little-endian bytes (entry.end - entry.begin of them).
+[[nodiscard]] std::vector<std::uint8_t> read_safetensors_bytes(const SafetensorsIndex& index,
+                                                               const SafetensorsEntry& entry);
+
 /// Reads one tensor and converts it to float (F32, BF16, F16 and F8_E4M3 without block scales).
 [[nodiscard]] std::vector<float> read_safetensors_floats(const SafetensorsIndex& index,
                                                          const SafetensorsEntry& entry);

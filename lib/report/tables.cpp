@@ -44,18 +44,43 @@ const char* kMetricKeys[] = {"output_tokens_per_s",
                              "hit_rate",
                              "bytes_h2d_per_step",
                              "bytes_scanned_per_step",
-                             "gpu_bytes_per_request"};
+                             "gpu_bytes_per_request",
+                             "selection_recall",
+                             "attention_rel_error",
+                             "policy_miss_rate",
+                             "optimal_miss_rate"};
 const char* kStepKeys[] = {"median", "p10", "p90", "p99", "mean", "rel_stdev"};
 
-std::vector<std::string> phase_names(const json& points) {
+std::vector<std::string> phase_names(const json& points, const char* field = "phase_ms") {
   std::set<std::string> names;
+  if (!points.is_array()) return {};
   for (const auto& p : points)
-    if (const json& ph = at(at(p, "metrics"), "phase_ms"); ph.is_object())
+    if (const json& ph = at(at(p, "metrics"), field); ph.is_object())
       for (const auto& [name, v] : ph.items()) names.insert(name);
   return {names.begin(), names.end()};
 }
 
+/// "<source label>: " for a point of merged results, else "".
+std::string source_prefix(const json& results, const json& point) {
+  const json& sources = at(results, "sources");
+  const json& src = at(point, "source");
+  if (!sources.is_array() || !src.is_number()) return "";
+  const auto i = src.get<std::size_t>();
+  return (i < sources.size() ? cell(at(sources[i], "label")) : cell(src)) + ": ";
+}
+
 }  // namespace
+
+std::string data_description(const json& synthetic) {
+  const bool syn_w =
+      at(synthetic, "weights").is_boolean() ? at(synthetic, "weights").get<bool>() : true;
+  const bool syn_k =
+      at(synthetic, "workload").is_boolean() ? at(synthetic, "workload").get<bool>() : true;
+  return syn_w && syn_k ? "synthetic weights/workload"
+         : syn_w        ? "synthetic weights, replayed workload"
+         : syn_k        ? "loaded weights, synthetic workload"
+                        : "loaded weights, replayed workload";
+}
 
 std::string csv_field(const std::string& text) {
   if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
@@ -70,7 +95,10 @@ std::string csv_field(const std::string& text) {
 std::string results_csv(const json& results) {
   const json& points = at(results, "points");
   const auto phases = phase_names(points);
+  const auto gpu_phases = phase_names(points, "gpu_phase_ms");
+  const bool merged = at(results, "sources").is_array();
   std::vector<std::string> header{"index"};
+  if (merged) header.emplace_back("source");
   for (const char* k : kConfigKeys) header.emplace_back(k);
   header.emplace_back("status");
   header.emplace_back("output_tokens_per_s");
@@ -78,6 +106,7 @@ std::string results_csv(const json& results) {
   for (const char* k : kMetricKeys)
     if (std::string(k) != "output_tokens_per_s") header.emplace_back(k);
   for (const auto& p : phases) header.push_back(fmt::format("phase_ms_{}", p));
+  for (const auto& p : gpu_phases) header.push_back(fmt::format("gpu_phase_ms_{}", p));
   header.emplace_back("error");
 
   std::string out;
@@ -91,6 +120,13 @@ std::string results_csv(const json& results) {
     const json& c = at(p, "config");
     const json& m = at(p, "metrics");
     std::vector<std::string> row{cell(at(p, "index"))};
+    if (merged) {
+      const json& src = at(p, "source");
+      const json& sources = at(results, "sources");
+      row.push_back(src.is_number() && src.get<std::size_t>() < sources.size()
+                        ? cell(at(sources[src.get<std::size_t>()], "label"))
+                        : cell(src));
+    }
     for (const char* k : kConfigKeys) row.push_back(cell(at(c, k)));
     row.push_back(cell(at(p, "status")));
     row.push_back(cell(at(m, "output_tokens_per_s")));
@@ -98,6 +134,7 @@ std::string results_csv(const json& results) {
     for (const char* k : kMetricKeys)
       if (std::string(k) != "output_tokens_per_s") row.push_back(cell(at(m, k)));
     for (const auto& ph : phases) row.push_back(cell(at(at(m, "phase_ms"), ph.c_str())));
+    for (const auto& ph : gpu_phases) row.push_back(cell(at(at(m, "gpu_phase_ms"), ph.c_str())));
     row.push_back(cell(at(p, "error")));
     for (std::size_t i = 0; i < row.size(); ++i) {
       if (i) out += ',';
@@ -118,22 +155,22 @@ std::string results_markdown(const json& results) {
                                                 ? std::string("hisparse-bench results")
                                                 : cell(at(scenario, "name")));
   if (const std::string d = cell(at(scenario, "description")); !d.empty()) out += d + "\n\n";
-  const json& synthetic = at(meta, "synthetic");
-  const bool syn_w =
-      at(synthetic, "weights").is_boolean() ? at(synthetic, "weights").get<bool>() : true;
-  const bool syn_k =
-      at(synthetic, "workload").is_boolean() ? at(synthetic, "workload").get<bool>() : true;
-  std::string data = syn_w && syn_k ? "synthetic weights/workload"
-                     : syn_w        ? "synthetic weights, replayed workload"
-                     : syn_k        ? "loaded weights, synthetic workload"
-                                    : "loaded weights, replayed workload";
+  const std::string data = data_description(at(meta, "synthetic"));
   out +=
       fmt::format("- backend: **{}**{}\n", backend,
                   cpu ? " (CPU reference backend: host wall-clock timings, not GPU figures)" : "");
   out += fmt::format("- device: {}\n", cell(at(at(meta, "device"), "name")));
   out += fmt::format("- data: {}\n", data);
-  out += fmt::format("- git revision: {}; started {}; host {}\n", cell(at(meta, "git_revision")),
-                     cell(at(meta, "start_time")), cell(at(meta, "host")));
+  if (const json& sources = at(results, "sources"); sources.is_array()) {
+    for (const auto& src : sources)
+      out += fmt::format("- source {}: scenario {}, backend {}, device {}, git {}, started {}\n",
+                         cell(at(src, "label")), cell(at(src, "scenario")),
+                         cell(at(src, "backend")), cell(at(src, "device")),
+                         cell(at(src, "git_revision")), cell(at(src, "start_time")));
+  } else {
+    out += fmt::format("- git revision: {}; started {}; host {}\n", cell(at(meta, "git_revision")),
+                       cell(at(meta, "start_time")), cell(at(meta, "host")));
+  }
   if (const json& budget = at(meta, "memory_budget"); budget.is_object())
     out += fmt::format("- admission memory budget: {}\n", cell(at(budget, "source")));
   const json& summary = at(results, "summary");
@@ -164,6 +201,11 @@ std::string results_markdown(const json& results) {
       if (const json& ph = at(m, "phase_ms"); ph.is_object())
         for (const auto& [name, v] : ph.items())
           phases += fmt::format("{}{} {:.3g}", phases.empty() ? "" : ", ", name, v.get<double>());
+      if (const json& gph = at(m, "gpu_phase_ms"); gph.is_object()) {
+        phases += phases.empty() ? "GPU trace:" : "; GPU trace:";
+        for (const auto& [name, v] : gph.items())
+          phases += fmt::format(" {} {:.3g}", name, v.get<double>());
+      }
       const bool ok = cell(at(p, "status")) == "ok";
       std::string status = ok ? std::string("ok") : fmt::format("failed: {}", cell(at(p, "error")));
       for (auto& ch : status)
@@ -171,8 +213,8 @@ std::string results_markdown(const json& results) {
       const json& hit = at(m, "hit_rate");
       out += fmt::format(
           "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-          cell(at(c, "model")), cell(at(c, "concurrency")), cell(at(c, "context_length")),
-          cell(at(c, "top_k")), cell(at(c, "hot_buffer")), status,
+          source_prefix(results, p) + cell(at(c, "model")), cell(at(c, "concurrency")),
+          cell(at(c, "context_length")), cell(at(c, "top_k")), cell(at(c, "hot_buffer")), status,
           ok ? fmt::format("{:.1f}", at(m, "output_tokens_per_s").get<double>()) : "",
           ok ? fmt::format("{:.3f}", at(step, "median").get<double>()) : "",
           ok ? fmt::format("{:.3f}", at(step, "p90").get<double>()) : "",

@@ -16,6 +16,10 @@ namespace hisparse {
 /// synthetic, then one table per mode.
 [[nodiscard]] std::string results_markdown(const nlohmann::json& results);
 
+/// Where weights and workload came from, from metadata.synthetic {weights, workload}:
+/// "synthetic weights/workload", "loaded weights, synthetic workload", ... (synthetic when absent).
+[[nodiscard]] std::string data_description(const nlohmann::json& synthetic);
+
 /// A CSV field, quoted when it contains a comma, quote or line break.
 [[nodiscard]] std::string csv_field(const std::string& text);
 

@@ -23,7 +23,7 @@ namespace hisparse {
 namespace {
 
 constexpr int kMaxHotBuffer = 32768;
-const std::vector<std::string> kFormats{"json", "csv", "md"};
+const std::vector<std::string> kFormats{"json", "csv", "md", "html"};
 const std::vector<std::string> kBackends{"auto", "cuda", "cpu"};
 const std::vector<std::string> kGenerators{"synthetic", "replay"};
 
@@ -365,7 +365,7 @@ class ScenarioParser {
                     "write e.g. [json, csv, md]");
       if (f.size() == 0)
         throw Error(r_.where("outputs.formats", f), "no output format",
-                    "list at least one of json, csv, md");
+                    "list at least one of json, csv, md, html");
       o.formats.clear();
       for (const auto& item : f) o.formats.push_back(r_.choice(item, "outputs.formats", kFormats));
     }
@@ -579,6 +579,25 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& label,
                         const std::filesystem::path& base_dir) {
   HISPARSE_FUNC_RANGE();
   return parse_document(yaml_text, label, overrides, base_dir);
+}
+
+bool scenario_requests_trace(const std::filesystem::path& file,
+                             const std::vector<std::string>& overrides) {
+  try {
+    std::ifstream in(file);
+    if (!in) return false;
+    std::stringstream text;
+    text << in.rdbuf();
+    YAML::Node root = YAML::Load(text.str());
+    std::map<std::string, std::string> applied;
+    for (const auto& o : overrides) apply_override(root, o, applied);
+    const YAML::Node enabled = root.IsMap() && root["trace"] && root["trace"].IsMap()
+                                   ? root["trace"]["enabled"]
+                                   : YAML::Node();
+    return enabled && enabled.IsScalar() && enabled.as<bool>();
+  } catch (const std::exception&) {
+    return false;  // load_scenario names the problem
+  }
 }
 
 Scenario load_scenario(const std::filesystem::path& file,

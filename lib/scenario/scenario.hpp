@@ -34,10 +34,10 @@
 //     # also context_length, top_k, hot_buffer, budget_bits, policy
 //   outputs:
 //     dir: results/quick        # [results/<name>]; --out overrides it
-//     formats: [json, csv, md]  # any non-empty subset [all three]
-//   trace:                      # accepted here, used by the trace component
-//     enabled: false
-//     steps: 4
+//     formats: [json, csv, md, html]  # any non-empty subset [all four]; html: report.html
+//   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
+//     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
+//     steps: 4                  # traced steps per sweep point (--trace-steps)
 //
 // A swept axis replaces the scalar key of the same name. Sweep points are ordered with the axes
 // in the fixed order of sweep_axis_names() (model outermost, concurrency innermost), each axis'
@@ -72,7 +72,7 @@ struct AxisValue {
 
 struct OutputSpec {
   std::filesystem::path dir;  ///< default results/<name>
-  std::vector<std::string> formats{"json", "csv", "md"};
+  std::vector<std::string> formats{"json", "csv", "md", "html"};
 };
 
 struct TraceSpec {
@@ -129,6 +129,12 @@ class Scenario {
 [[nodiscard]] Scenario parse_scenario(const std::string& yaml_text, const std::string& label,
                                       const std::vector<std::string>& overrides = {},
                                       const std::filesystem::path& base_dir = {});
+
+/// Whether the scenario file, after `overrides`, sets `trace.enabled: true`. Reads only that key
+/// and emits no NVTX range, so a tool can prepare NVTX injection before its first range. False
+/// when the file or the key is unreadable (load_scenario reports those).
+[[nodiscard]] bool scenario_requests_trace(const std::filesystem::path& file,
+                                           const std::vector<std::string>& overrides = {});
 
 /// A scenario named on the command line: an existing file, or a name found as
 /// <dir>/<name>.yaml in scenario_search_dirs(). Throws Error naming `where` when not found.

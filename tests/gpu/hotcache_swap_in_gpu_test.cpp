@@ -35,6 +35,8 @@ struct Shape {
   bool int64_lens = false;
   bool use_pdl = true;
   int copy_blocks = 0;
+  int sort_misses_from = -1;
+  int copy_rows_per_chunk = 0;
 };
 
 std::string describe(const Shape& s) {
@@ -42,7 +44,8 @@ std::string describe(const Shape& s) {
          std::to_string(s.hot) + " top_k " + std::to_string(s.top_k) + " row " +
          std::to_string(s.row_bytes) + "/" + std::to_string(s.row_stride) +
          (s.int64_lens ? " int64" : " int32") + (s.use_pdl ? " pdl" : "") + " copy_blocks " +
-         std::to_string(s.copy_blocks);
+         std::to_string(s.copy_blocks) + " sort_misses_from " + std::to_string(s.sort_misses_from) +
+         " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk);
 }
 
 template <class T>
@@ -185,6 +188,8 @@ class Harness {
     a.hot = s_.hot;
     a.use_pdl = s_.use_pdl;
     a.copy_blocks = s_.copy_blocks;
+    a.sort_misses_from = s_.sort_misses_from;
+    a.copy_rows_per_chunk = s_.copy_rows_per_chunk;
     const auto request_stride = static_cast<std::size_t>(s_.capacity) * s_.row_stride;
     if (device) {
       a.selected = d_sel_.device_data();
@@ -236,13 +241,21 @@ class Harness {
     ASSERT_EQ(download(d_out_), out_) << ctx;
     ASSERT_EQ(download(d_stats_), stats_) << ctx;
     ASSERT_EQ(download(d_count_), count_) << ctx;
+    // The plan's (slot, token) pairs must match; the kernel may list them grouped by host address.
     const auto slot = download(d_plan_slot_), token = download(d_plan_token_);
-    for (int b = 0; b < s_.batch; ++b)
+    for (int b = 0; b < s_.batch; ++b) {
+      std::vector<std::pair<std::int32_t, std::int32_t>> gpu, cpu;
       for (int m = 0; m < count_[b]; ++m) {
         const auto i = static_cast<std::size_t>(b) * s_.top_k + m;
-        ASSERT_EQ(slot[i], plan_slot_[i]) << ctx << " plan row " << b;
-        ASSERT_EQ(token[i], plan_token_[i]) << ctx << " plan row " << b;
+        gpu.emplace_back(token[i], slot[i]);
+        cpu.emplace_back(plan_token_[i], plan_slot_[i]);
       }
+      if (s_.sort_misses_from != 0) {
+        std::sort(gpu.begin(), gpu.end());
+        std::sort(cpu.begin(), cpu.end());
+      }
+      ASSERT_EQ(gpu, cpu) << ctx << " plan row " << b;
+    }
     ASSERT_EQ(download(d_slot_), slot_token_) << ctx;
     ASSERT_EQ(download(d_lru_), lru_) << ctx;
     ASSERT_TRUE(download(d_rows_) == rows_) << ctx << ": hot-buffer bytes differ";
@@ -289,6 +302,8 @@ Shape random_shape(Rng& rng) {
   s.int64_lens = rng.below(2) == 0;
   s.use_pdl = rng.below(4) != 0;
   s.copy_blocks = rng.below(3) == 0 ? 1 + static_cast<int>(rng.below(40)) : 0;
+  s.sort_misses_from = static_cast<int>(rng.below(3)) - 1;  // library default, never, always
+  s.copy_rows_per_chunk = rng.below(4) == 0 ? 1 + static_cast<int>(rng.below(8)) : 0;
   return s;
 }
 
@@ -406,6 +421,71 @@ TEST(HotcacheSwapInGpu, LargeSelectionNeedsTheSharedMemoryOptIn) {
   wide.capacity = 600;
   Harness h(wide, 99);
   run_steps(h, 8, "batch 100");
+#endif
+}
+
+TEST(HotcacheSwapInGpu, SelectionsAndHotBuffersWiderThanOneTileMatchTheTwin) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // The resolve kernel works in tiles of 4096 entries (1024 threads x 4): top_k 4100 and hot 9000
+  // take two and three tiles, with partial last tiles.
+  Shape s;
+  s.requests = 3;
+  s.batch = 2;
+  s.top_k = 4100;
+  s.hot = 9000;
+  s.row_bytes = s.row_stride = 656;
+  s.capacity = s.hot + 3 * s.top_k + 64;
+  for (int sort : {0, 1}) {
+    s.sort_misses_from = sort;
+    Harness h(s, 31 + static_cast<std::uint64_t>(sort));
+    run_steps(h, 4, "two tiles, sort " + std::to_string(sort));
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
+TEST(HotcacheSwapInGpu, GroupedPlanWalksTheHostRegionInAddressBuckets) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // With sort_misses_from 1 each row's plan is grouped in buckets of 2^shift tokens, where shift
+  // is the smallest with (seq_len - 1) >> shift < kSwapInBuckets: buckets never decrease.
+  Shape s;
+  s.requests = 4;
+  s.batch = 4;
+  s.top_k = 512;
+  s.hot = 1024;
+  s.row_bytes = s.row_stride = 64;
+  s.capacity = 40000;
+  s.sort_misses_from = 1;
+  Harness h(s, 8);
+  Stream stream(Backend::cuda);
+  h.make_step(s.batch);
+  h.upload_inputs();
+  const auto a = h.args(true);
+  kernels::launch_swap_in(a, stream.native());
+  stream.synchronize();
+  h.run_twin();
+  h.expect_equal("grouped");
+  if (HasFatalFailure()) return;
+  std::vector<std::int32_t> count(static_cast<std::size_t>(s.batch)), token(512 * 4);
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(s.batch));
+  copy_bytes(count.data(), a.plan.count, count.size() * 4, Backend::cuda);
+  copy_bytes(token.data(), a.plan.token, token.size() * 4, Backend::cuda);
+  copy_bytes(lens.data(), a.seq_lens, lens.size() * 8 / (s.int64_lens ? 1 : 2), Backend::cuda);
+  int grouped_rows = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    const std::int64_t seq = s.int64_lens ? lens[static_cast<std::size_t>(b)]
+                                          : reinterpret_cast<const std::int32_t*>(lens.data())[b];
+    int shift = 0;
+    while (((seq - 1) >> shift) >= kernels::kSwapInBuckets) ++shift;
+    for (int m = 1; m < count[static_cast<std::size_t>(b)]; ++m)
+      ASSERT_LE(token[static_cast<std::size_t>(b * 512 + m - 1)] >> shift,
+                token[static_cast<std::size_t>(b * 512 + m)] >> shift)
+          << "row " << b << " entry " << m;
+    grouped_rows += count[static_cast<std::size_t>(b)] > 8 ? 1 : 0;
+  }
+  EXPECT_GT(grouped_rows, 0) << "no row had enough misses to check the grouping";
 #endif
 }
 

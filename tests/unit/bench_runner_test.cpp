@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "bench/result_set.hpp"
 #include "bench/runner.hpp"
 #include "core/error.hpp"
 #include "model/capacity_model.hpp"
@@ -73,6 +74,68 @@ TEST(BenchRunner, NothingFitsIsAnError) {
     EXPECT_NE(e.problem().find("not one request fits"), std::string::npos) << e.what();
     EXPECT_NE(e.problem().find("a one-byte budget"), std::string::npos) << e.what();
   }
+}
+
+EngineConfig hisparse_config(const std::string& policy, int hot) {
+  EngineConfig c;
+  c.mode = Mode::hisparse;
+  c.concurrency = 2;
+  c.context_length = 160;
+  c.top_k = 16;
+  c.hot_buffer = hot;
+  c.policy = policy;
+  return c;
+}
+
+TEST(BenchRunner, LruPolicyReproducesTheMeasuredMissRate) {
+  const ModelSpec model = load_model("tiny-dsa");
+  const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
+  // No warm-up: the measured steps are exactly the steps the traces cover.
+  const PointMetrics m = runner.run(model, hisparse_config("lru", 24), 0, 4);
+  ASSERT_GT(m.misses, 0);
+  EXPECT_EQ(m.policy, "lru");
+  EXPECT_EQ(m.policy_steps, 4);
+  EXPECT_EQ(m.policy_miss_rate,
+            static_cast<double>(m.misses) / static_cast<double>(m.hits + m.misses));
+  EXPECT_DOUBLE_EQ(m.hit_rate, 1.0 - m.policy_miss_rate);
+  EXPECT_GE(m.optimal_miss_rate, 0.0);
+  EXPECT_LE(m.optimal_miss_rate, m.policy_miss_rate);
+  EXPECT_GT(m.bytes_h2d_per_step, 0.0);
+  EXPECT_GT(m.bytes_scanned_per_step, 0.0);  // the indexer's keys
+  EXPECT_GT(m.selection_recall, 0.0);
+  EXPECT_LE(m.selection_recall, 1.0);
+  EXPECT_GT(m.attention_rel_error, 0.0);
+  EXPECT_TRUE(m.phase_ms.count("swap_in"));
+}
+
+TEST(BenchRunner, PolicyAnalysisCoversWarmupAndNamesThePolicy) {
+  const ModelSpec model = load_model("tiny-dsa");
+  const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
+  const PointMetrics belady = runner.run(model, hisparse_config("belady", 24), 1, 3);
+  EXPECT_EQ(belady.policy, "belady");
+  EXPECT_EQ(belady.policy_steps, 4);
+  EXPECT_EQ(belady.policy_miss_rate, belady.optimal_miss_rate);
+  const PointMetrics fifo = runner.run(model, hisparse_config("fifo", 24), 1, 3);
+  EXPECT_EQ(fifo.policy, "fifo");
+  EXPECT_EQ(fifo.optimal_miss_rate, belady.optimal_miss_rate);  // same traces
+  EXPECT_GE(fifo.policy_miss_rate, fifo.optimal_miss_rate);
+  EXPECT_EQ(fifo.hits, belady.hits);  // the engine itself always runs the swap-in's LRU
+}
+
+TEST(BenchRunner, UnmeasuredFieldsAreNullInTheJson) {
+  const ModelSpec model = load_model("tiny-gqa");
+  const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
+  const nlohmann::json dense = runner.run(model, small_config(1), 0, 1);
+  for (const char* key : {"selection_recall", "attention_rel_error", "policy", "policy_miss_rate",
+                          "optimal_miss_rate", "hit_rate"})
+    EXPECT_TRUE(dense.at(key).is_null()) << key;
+  EXPECT_EQ(dense.at("policy_steps"), 0);
+  EngineConfig c = small_config(1);
+  c.mode = Mode::sparse_gpu;
+  const nlohmann::json sparse = runner.run(model, c, 0, 2);
+  EXPECT_GT(sparse.at("selection_recall").get<double>(), 0.0);
+  EXPECT_GE(sparse.at("attention_rel_error").get<double>(), 0.0);
+  EXPECT_TRUE(sparse.at("policy_miss_rate").is_null());
 }
 
 }  // namespace

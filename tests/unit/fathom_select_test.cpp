@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <vector>
@@ -111,6 +112,74 @@ TEST(FathomQuality, DefaultWorkloadTable) {
   std::printf("Fathom bits at the 32-channel scan's error (%.5f): %.1f = %.2fx of 136\n",
               fixed.attention_error, bits, bits / 136.0);
   RecordProperty("fathom_bits_at_fixed32_error", std::to_string(bits));
+}
+
+TEST(FathomQuality, IndependentChannelWorkloadTable) {
+  // The wave-1 workload, for comparison with the RoPE/QK-norm default.
+  QualityConfig cfg;
+  cfg.workload.profile = KeyProfile::independent;
+  cfg.workload.tokens = 8192;
+  cfg.workload.steps = 2;
+  cfg.kv_heads = 2;
+  cfg.top_k = 256;
+  const auto rows = quality_study(cfg);
+  std::printf("%s", format_quality_table(rows).c_str());
+  const auto fixed = *std::find_if(rows.begin(), rows.end(),
+                                   [](const QualityRow& r) { return r.name == "fixed-32ch"; });
+  const double bits = fathom_bits_at_error(rows, fixed.attention_error);
+  std::printf("independent profile: Fathom bits at the 32-channel scan's error: %.1f = %.2fx\n",
+              bits, bits / 136.0);
+  EXPECT_GT(bits, 0.0);
+  EXPECT_DOUBLE_EQ(rows.back().recall, 1.0);
+}
+
+TEST(FathomWorkload, CalibrationQueriesAreHeldOut) {
+  SyntheticKeySpec spec;
+  spec.tokens = 2048;
+  spec.steps = 3;
+  spec.calibration_queries = 16;
+  const auto data = make_synthetic_keys(spec);
+  const std::size_t row = static_cast<std::size_t>(spec.heads) * spec.channels;
+  ASSERT_EQ(data.calibration_queries.size(), 16 * row);
+  for (std::size_t c = 0; c < 16; ++c)
+    for (int s = 0; s < spec.steps; ++s)
+      EXPECT_FALSE(std::equal(data.calibration_queries.begin() + static_cast<std::ptrdiff_t>(c * row),
+                              data.calibration_queries.begin() + static_cast<std::ptrdiff_t>((c + 1) * row),
+                              data.query(s)))
+          << c << " " << s;
+  // Drawing more calibration queries does not change the test data.
+  spec.calibration_queries = 64;
+  const auto more = make_synthetic_keys(spec);
+  EXPECT_EQ(more.keys, data.keys);
+  EXPECT_EQ(more.queries, data.queries);
+}
+
+TEST(FathomWorkload, RopeProfileHasPairedVariancesRisingTowardsSlowPairs) {
+  SyntheticKeySpec spec;
+  spec.tokens = 8192;
+  spec.steps = 1;
+  spec.relevant_tokens = 0;
+  spec.outlier_channels = 0;
+  const auto data = make_synthetic_keys(spec);
+  const int half = spec.channels / 2;
+  double fast = 0, slow = 0;
+  for (int i = 0; i < half; ++i) {
+    const double ratio = data.variance[i] / data.variance[i + half];
+    EXPECT_GT(ratio, 0.8) << "pair " << i;
+    EXPECT_LT(ratio, 1.25) << "pair " << i;
+    if (i < 16) fast += std::log10(data.variance[i]) / 16;
+    if (i >= half - 16) slow += std::log10(data.variance[i]) / 16;
+  }
+  EXPECT_GT(slow - fast, 1.5);  // three decades over the pairs by default
+  // The independent profile has no pair structure.
+  spec.profile = KeyProfile::independent;
+  const auto flat = make_synthetic_keys(spec);
+  int unpaired = 0;
+  for (int i = 0; i < half; ++i) {
+    const double ratio = flat.variance[i] / flat.variance[i + half];
+    unpaired += ratio < 0.8 || ratio > 1.25;
+  }
+  EXPECT_GT(unpaired, half / 2);
 }
 
 }  // namespace

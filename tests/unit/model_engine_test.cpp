@@ -79,10 +79,20 @@ TEST(ModelEngine, ImpossibleConfigsThrowClearErrors) {
   EXPECT_EQ(error_of("tiny-gqa", c),
             "--backend cuda: CUDA decode engine not yet implemented; use --backend cpu");
   c = {};
-  c.mode = Mode::hisparse;
+  c.mode = Mode::fathom;
   EXPECT_EQ(error_of("tiny-dsa", c),
-            "mode hisparse: the CPU decode engine runs modes dense and sparse-gpu only so far; use "
-            "mode dense or sparse-gpu");
+            "mode fathom: mode fathom needs a GQA model (tiny-dsa uses MLA); pick a mode the model "
+            "supports");
+  c = {};
+  c.mode = Mode::hisparse;
+  c.top_k = 64;
+  c.hot_buffer = 32;
+  EXPECT_EQ(error_of("tiny-dsa", c),
+            "hot_buffer: hot_buffer 32 is smaller than top_k 64; use hot_buffer >= 64");
+  c.hot_buffer = 40000;
+  EXPECT_EQ(error_of("tiny-dsa", c),
+            "hot_buffer: 40000 slots is outside 0..32768; use 0 (2 x top_k) or a slot count from "
+            "top_k to 32768");
   c = {};
   c.concurrency = 0;
   EXPECT_EQ(error_of("tiny-gqa", c),

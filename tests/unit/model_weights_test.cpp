@@ -116,6 +116,14 @@ TEST(ModelWeights, BrokenHeadersGiveOneClearError) {
             file.string() +
                 ": tensor a: unknown dtype 'Q4'; use one of f32, bf16, f16, fp8_e4m3, "
                 "i32, i64, u8");
+  // A shape whose byte count wraps past 2^64 (to 0 here) must not pass as an empty tensor.
+  write_raw(file,
+            R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})",
+            0);
+  EXPECT_EQ(error_of(tiny_with(file)),
+            file.string() +
+                ": tensor a: shape [4611686018427387904,4] is too large for any file; the "
+                "header is corrupt; rewrite the file");
   write_raw(file, "{not json", 0);
   EXPECT_EQ(error_of(tiny_with(file)).rfind(file.string() + ": header is not valid JSON", 0), 0u);
   {

@@ -100,9 +100,23 @@ TEST(ModelWorkload, SinksAreSelectedAndSmallDriftKeepsSelectionsClose) {
 }
 
 TEST(ModelWorkload, BadSpecIsRejected) {
+  auto error_of = [](const WorkloadSpec& s) -> std::string {
+    try {
+      KvWorkload w(load_model("tiny-gqa"), s, 1, 16);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return {};
+  };
   WorkloadSpec spec;
   spec.generator = "replay";
-  EXPECT_THROW(KvWorkload(load_model("tiny-gqa"), spec, 1, 16), hisparse::Error);
+  EXPECT_EQ(error_of(spec),
+            "workload.replay_path: generator 'replay' needs a path to captured tensors; set "
+            "workload.replay_path to a directory of .npy files or a .safetensors file");
+  spec.generator = "captured";
+  EXPECT_EQ(error_of(spec),
+            "workload.generator: unknown generator 'captured'; use workload.generator: synthetic "
+            "or replay");
   spec = {};
   spec.query_drift = 1.5;
   try {

@@ -96,7 +96,7 @@ TEST(ScenarioSweep, NoSweepIsOnePointWithDefaults) {
   EXPECT_EQ(s.decode_steps, 8);
   EXPECT_EQ(s.warmup_steps, 2);
   EXPECT_EQ(s.outputs.dir, std::filesystem::path("results/one"));
-  EXPECT_EQ(s.outputs.formats, (std::vector<std::string>{"json", "csv", "md"}));
+  EXPECT_EQ(s.outputs.formats, (std::vector<std::string>{"json", "csv", "md", "html"}));
 }
 
 TEST(ScenarioSweep, GqaModelWithoutIndexerDefaultsTopKTo2048) {

@@ -94,8 +94,9 @@ TEST(ScenarioValidation, EmptySweepAndDuplicates) {
             "the axis");
   EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nsweep: {concurrency: [1, 2, 1]}\n"),
             "s.yaml:3:29: sweep.concurrency: value '1' is listed twice; list each value once");
-  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\noutputs: {formats: []}\n"),
-            "s.yaml:3:20: outputs.formats: no output format; list at least one of json, csv, md");
+  EXPECT_EQ(
+      error_of("name: a\nmodel: tiny-gqa\noutputs: {formats: []}\n"),
+      "s.yaml:3:20: outputs.formats: no output format; list at least one of json, csv, md, html");
 }
 
 TEST(ScenarioValidation, RangesOfSingleValues) {

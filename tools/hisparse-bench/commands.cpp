@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "bench/ceilings.hpp"
 #include "bench/result_set.hpp"
@@ -17,7 +20,13 @@
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
 #include "progress.hpp"
+#include "report/compare.hpp"
+#include "report/results_file.hpp"
+#include "scenario/backend_choice.hpp"
 #include "scenario/scenario.hpp"
+#include "trace/step_window_trace.hpp"
+#include "trace/trace_file.hpp"
+#include "trace/trace_session.hpp"
 
 namespace hisparse::cli {
 namespace {
@@ -40,16 +49,71 @@ std::size_t ceiling_probe_bytes(Backend b) {
 
 }  // namespace
 
-int run_command(const std::string& scenario_arg, const CommonOptions& o) {
+namespace {
+
+/// What the tools layer adds to results.json beside ResultSet's document: per-point GPU phase
+/// times from the trace, and run-level notes (backend choice, tracing).
+class ResultExtras {
+ public:
+  void set_point(std::size_t index, const std::string& key, nlohmann::json value) {
+    points_[index][key] = std::move(value);
+  }
+  void set_metadata(const std::string& key, nlohmann::json value) {
+    metadata_[key] = std::move(value);
+  }
+  /// `results.to_json()` with the extras merged into each point's metrics and the metadata.
+  [[nodiscard]] nlohmann::json apply(nlohmann::json doc) const {
+    for (const auto& [key, value] : metadata_.items()) doc["metadata"][key] = value;
+    for (auto& p : doc["points"]) {
+      const auto it = points_.find(p["index"].get<std::size_t>());
+      if (it == points_.end() || !p["metrics"].is_object()) continue;
+      for (const auto& [key, value] : it->second.items()) p["metrics"][key] = value;
+    }
+    return doc;
+  }
+
+ private:
+  std::map<std::size_t, nlohmann::json> points_;
+  nlohmann::json metadata_ = nlohmann::json::object();
+};
+
+std::vector<std::string> without(std::vector<std::string> formats, const std::string& name) {
+  std::erase(formats, name);
+  return formats;
+}
+
+std::string cpu_trace_note() {
+  return cuda_compiled()
+             ? "--trace: GPU timelines need the CUDA backend and this run uses the CPU backend, "
+               "so no trace.json is written; NVTX ranges (domain hisparse) are still emitted for "
+               "Nsight Systems (nsys profile -t nvtx ...)"
+             : "--trace: GPU timelines need the CUDA backend and this build has none, so no "
+               "trace.json is written (and no NVTX ranges are emitted)";
+}
+
+}  // namespace
+
+int run_command(const std::string& scenario_arg, const CommonOptions& o, const TraceRequest& t) {
   const auto path = find_scenario(scenario_arg, "run: SCENARIO");
-  const Scenario s = load_scenario(path, o.sets);
+  std::vector<std::string> sets = o.sets;
+  if (t.trace) sets.emplace_back("trace.enabled=true");
+  if (t.steps > 0) sets.push_back(fmt::format("trace.steps={}", t.steps));
+  // NVTX reads NVTX_INJECTION64_PATH at its first call, and loading a scenario already opens a
+  // range: decide on tracing from the flags and a peek at the file first.
+  if (t.trace || scenario_requests_trace(path, sets)) (void)trace::prepare_nvtx_injection();
+  Scenario s = load_scenario(path, sets);
+  if (t.only_trace) s.decode_steps = s.trace.steps;
+  const bool chatty = !o.quiet && !o.json;
+  const bool notes = !o.quiet;
+
   const std::string requested = o.backend.empty() ? s.backend : o.backend;
-  const Backend backend =
-      resolve_backend(requested, o.backend.empty() ? path.string() + ": backend" : "--backend");
+  const BackendChoice choice = choose_engine_backend(
+      requested, o.backend.empty() ? path.string() + ": backend" : "--backend");
+  const Backend backend = choice.backend;
+  if (!choice.note.empty() && notes) std::fprintf(stderr, "%s\n", choice.note.c_str());
   const Device device = Device::for_backend(backend);
   const DeviceProperties props = device.properties();
   const std::filesystem::path out = o.out.empty() ? s.outputs.dir : std::filesystem::path(o.out);
-  const bool chatty = !o.quiet && !o.json;
 
   RunInfo info;
   info.command_line = o.command_line;
@@ -60,9 +124,42 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o) {
   for (const auto& [name, model] : s.models)
     if (!model.weights.empty()) info.synthetic_weights = false;
 
+  ResultExtras extras;
+  extras.set_metadata("backend_requested", requested);
+  if (!choice.note.empty()) extras.set_metadata("backend_note", choice.note);
+
+  // Tracing: a CUPTI timeline of the first measured steps of every point (CUDA backend only).
+  std::unique_ptr<trace::TraceFile> trace_file;
+  nlohmann::json trace_meta{{"enabled", s.trace.enabled},
+                            {"steps", s.trace.steps},
+                            {"file", nullptr},
+                            {"messages", nlohmann::json::array()}};
+  auto trace_note = [&](const std::string& message) {
+    for (const auto& m : trace_meta["messages"])
+      if (m == message) return;
+    trace_meta["messages"].push_back(message);
+    if (notes) std::fprintf(stderr, "%s\n", message.c_str());
+  };
+  if (s.trace.enabled) {
+    if (backend == Backend::cuda)
+      trace_file = std::make_unique<trace::TraceFile>(out / "trace.json");
+    else
+      trace_note(cpu_trace_note());
+  }
+
   const std::vector<SweepPoint> points = s.expand();
   ResultSet results(run_metadata(info), s.to_json(), points.size());
-  (void)results.write(out, s.outputs.formats);  // an empty set first: the folder is writable
+  auto document = [&] {
+    nlohmann::json meta = trace_meta;
+    meta["file"] = trace_file && trace_file->sessions() > 0 ? nlohmann::json("trace.json")
+                                                            : nlohmann::json(nullptr);
+    meta["sessions"] = trace_file ? trace_file->sessions() : 0;
+    extras.set_metadata("trace", meta);
+    return extras.apply(results.to_json());
+  };
+  const auto per_point_formats = without(s.outputs.formats, "html");
+  // An empty set first: the folder is writable before any point runs.
+  (void)write_results_files(document(), out, per_point_formats);
   const Runner runner(backend, info.budget);
   ProgressBar bar(points.size(), chatty);
   if (chatty)
@@ -75,16 +172,36 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o) {
     record.point = point;
     record.point.config.backend = backend;
     const std::string label = point_label(point);
+    std::optional<trace::StepWindowTrace> window;
+    if (trace_file) window.emplace(*trace_file, label, s.warmup_steps, s.trace.steps);
     try {
-      record.metrics =
-          runner.run(s.models.at(point.model), point.config, s.warmup_steps, s.decode_steps,
-                     [&](int step, int steps) { bar.step(point.index, label, step, steps); });
+      if (window) window->start();
+      record.metrics = runner.run(s.models.at(point.model), point.config, s.warmup_steps,
+                                  s.decode_steps, [&](int step, int steps) {
+                                    bar.step(point.index, label, step, steps);
+                                    if (window) window->step_done(step);
+                                  });
+      if (window) window->finish();
     } catch (const std::exception& e) {
       record.ok = false;
       record.error = e.what();
+      if (window) {
+        try {
+          window->finish();  // keep the timeline of a failed point: it may show why
+        } catch (const std::exception& trace_error) {
+          trace_note(fmt::format("trace of point {}: {}", point.index, trace_error.what()));
+        }
+      }
+    }
+    if (window) {
+      if (!window->message().empty()) trace_note("trace: " + window->message());
+      if (record.ok && !window->steps().empty()) {
+        extras.set_point(point.index, "gpu_phase_ms", trace::mean_phase_ms(window->steps()));
+        extras.set_point(point.index, "gpu_phase_steps", window->steps().size());
+      }
     }
     results.add(record);
-    (void)results.write(out, s.outputs.formats);
+    (void)write_results_files(document(), out, per_point_formats);
     bar.finished(
         point.index, label,
         record.ok ? fmt::format("{:.1f} tok/s, step {:.3f} ms (median)",
@@ -92,7 +209,8 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o) {
                   : "FAILED: " + record.error);
   }
 
-  const nlohmann::json j = results.to_json();
+  const nlohmann::json j = document();
+  (void)write_results_files(j, out, s.outputs.formats);
   if (o.json) {
     print_json(j);
   } else if (!o.quiet) {
@@ -111,8 +229,55 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o) {
     }
     fmt::print("{} timings ({}); results written to {}\n",
                backend == Backend::cpu ? "CPU wall-clock" : "GPU", props.name, out.string());
+    if (trace_file && trace_file->sessions() > 0)
+      fmt::print("trace: {} sweep point{} in {} (open it at https://ui.perfetto.dev)\n",
+                 trace_file->sessions(), trace_file->sessions() == 1 ? "" : "s",
+                 trace_file->path().string());
   }
   return results.any_failed() ? exit_code::point_failed : exit_code::ok;
+}
+
+int compare_command(const CompareArgs& args, const CommonOptions& o) {
+  CompareOptions options;
+  options.metric = parse_compare_metric(args.metric, "--metric");
+  options.threshold_pct = args.threshold_pct;
+  options.allow_different_devices = args.allow_different_devices;
+  const nlohmann::json base = load_results(args.base);
+  const nlohmann::json next = load_results(args.next);
+  const Comparison c = compare_results(base, next, options, args.base, args.next);
+  if (o.json)
+    print_json(to_json(c));
+  else if (!o.quiet)
+    fmt::print("{}", comparison_text(c));
+  return c.regressed() ? exit_code::point_failed : exit_code::ok;
+}
+
+int report_command(const std::vector<std::string>& inputs, const CommonOptions& o) {
+  if (inputs.size() > 1 && o.out.empty())
+    throw Error("report: --out",
+                fmt::format("{} results files need one output folder", inputs.size()),
+                "add --out DIR (the merged report is written there)");
+  std::vector<nlohmann::json> docs;
+  std::vector<std::string> labels;
+  for (const auto& input : inputs) {
+    docs.push_back(load_results(input));
+    const std::filesystem::path p(input);
+    labels.push_back(
+        p.filename() == "results.json" && p.has_parent_path() ? p.parent_path().string() : input);
+  }
+  const std::filesystem::path out = o.out.empty()
+                                        ? std::filesystem::path(inputs.front()).parent_path()
+                                        : std::filesystem::path(o.out);
+  const auto written = write_results_files(merge_results(docs, labels), out.empty() ? "." : out,
+                                           {"csv", "md", "html"});
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& w : written) j.push_back(w.string());
+    print_json({{"written", j}});
+  } else if (!o.quiet) {
+    for (const auto& w : written) fmt::print("wrote {}\n", w.string());
+  }
+  return exit_code::ok;
 }
 
 int validate_command(const std::vector<std::string>& scenarios, const CommonOptions& o) {

@@ -28,7 +28,24 @@ struct PlanOptions {
   double host_mem_gib = 0.0;
 };
 
-int run_command(const std::string& scenario, const CommonOptions& o);
+/// Tracing flags of `run` and `trace`.
+struct TraceRequest {
+  bool trace = false;       ///< --trace (or the `trace` subcommand)
+  int steps = 0;            ///< --trace-steps; 0: the scenario's trace.steps (default 4)
+  bool only_trace = false;  ///< `trace`: measured steps = traced steps
+};
+
+struct CompareArgs {
+  std::string base;
+  std::string next;
+  double threshold_pct = 5.0;
+  std::string metric = "tokens_per_s";
+  bool allow_different_devices = false;
+};
+
+int run_command(const std::string& scenario, const CommonOptions& o, const TraceRequest& t);
+int compare_command(const CompareArgs& args, const CommonOptions& o);
+int report_command(const std::vector<std::string>& inputs, const CommonOptions& o);
 int validate_command(const std::vector<std::string>& scenarios, const CommonOptions& o);
 int list_command(const std::string& what, const CommonOptions& o);
 int plan_command(const PlanOptions& p, const CommonOptions& o);

@@ -38,8 +38,8 @@ std::string shell_quote(const std::string& arg) {
 int run_cli(int argc, char** argv) {
   using namespace hisparse;
   CLI::App app{
-      "hisparse-bench: HiSparse and Fathom decode benchmarks (runs, validation, capacity "
-      "planning, device ceilings)",
+      "hisparse-bench: HiSparse and Fathom decode benchmarks (runs, traces, regression "
+      "comparison, reports, validation, capacity planning, device ceilings)",
       "hisparse-bench"};
   app.footer(kFooter);
   app.require_subcommand(1);
@@ -67,17 +67,80 @@ int run_cli(int argc, char** argv) {
   };
 
   std::string scenario;
+  cli::TraceRequest trace_request;
   auto* run = app.add_subcommand("run",
                                  "Run a scenario's sweep and write results.json, "
-                                 "results.csv and summary.md");
+                                 "results.csv, summary.md and report.html");
   run->add_option("SCENARIO", scenario, "Scenario YAML, or a name from 'list scenarios'")
       ->required();
   run->add_option("--out", common.out, "Output folder (default: the scenario's outputs.dir)");
   add_backend(run);
   add_set(run);
+  run->add_flag("--trace", trace_request.trace,
+                "Trace the first measured steps of every point with CUPTI: writes trace.json "
+                "(open at ui.perfetto.dev) and gpu_phase_ms per point (CUDA backend)");
+  run->add_option("--trace-steps", trace_request.steps,
+                  "Steps traced per point (default: the scenario's trace.steps, else 4)")
+      ->check(CLI::Range(1, 1000000));
   add_json(run);
   add_quiet(run);
   run->footer(kFooter);
+
+  std::string trace_scenario;
+  auto* trace = app.add_subcommand(
+      "trace",
+      "Trace a scenario: 'run --trace' with the measured steps reduced to the traced ones "
+      "(warm-up + N steps per point)");
+  trace->add_option("SCENARIO", trace_scenario, "Scenario YAML, or a name from 'list scenarios'")
+      ->required();
+  trace->add_option("--out", common.out, "Output folder (default: the scenario's outputs.dir)");
+  trace
+      ->add_option("--trace-steps", trace_request.steps,
+                   "Steps traced (and measured) per point (default: trace.steps, else 4)")
+      ->check(CLI::Range(1, 1000000));
+  add_backend(trace);
+  add_set(trace);
+  add_json(trace);
+  add_quiet(trace);
+  trace->footer(kFooter);
+
+  cli::CompareArgs compare_args;
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Regression gate: compare two results.json point by point (exit 0 no regression, "
+      "1 a regression, 2 bad input)");
+  compare->add_option("BASE", compare_args.base, "Baseline results.json")->required();
+  compare->add_option("NEW", compare_args.next, "New results.json")->required();
+  compare
+      ->add_option("--threshold", compare_args.threshold_pct,
+                   "Smallest change in percent that counts (default 5); a change must also "
+                   "exceed the step-time p10..p90 spread of both runs")
+      ->check(CLI::Range(0.0, 1e9));
+  compare
+      ->add_option("--metric", compare_args.metric,
+                   "tokens_per_s (default, higher is better) or step_ms.median (lower is "
+                   "better)")
+      ->check(CLI::IsMember({"tokens_per_s", "step_ms.median"}));
+  compare->add_flag("--allow-different-devices", compare_args.allow_different_devices,
+                    "Compare results of different backends or devices anyway");
+  add_json(compare);
+  add_quiet(compare);
+  compare->footer(
+      "Exit status: 0 no regression; 1 a regression (a significantly slower point, or a point "
+      "that ran in BASE and failed in NEW); 2 bad input (missing file, bad JSON, schema version "
+      "mismatch, different devices, no matching point).");
+
+  std::vector<std::string> report_inputs;
+  auto* report = app.add_subcommand(
+      "report",
+      "Regenerate results.csv, summary.md and report.html (inline SVG plots) from results.json");
+  report->add_option("RESULTS", report_inputs, "One or more results.json (several are merged)")
+      ->required();
+  report->add_option("--out", common.out,
+                     "Output folder (default: the folder of the one RESULTS file)");
+  add_json(report);
+  add_quiet(report);
+  report->footer(kFooter);
 
   std::vector<std::string> to_validate;
   auto* validate = app.add_subcommand("validate", "Check scenario files without running them");
@@ -122,7 +185,14 @@ int run_cli(int argc, char** argv) {
     print_error(fmt::format("{}; run 'hisparse-bench --help'", e.what()));
     return exit_code::bad_input;
   }
-  if (*run) return cli::run_command(scenario, common);
+  if (*run) return cli::run_command(scenario, common, trace_request);
+  if (*trace) {
+    trace_request.trace = true;
+    trace_request.only_trace = true;
+    return cli::run_command(trace_scenario, common, trace_request);
+  }
+  if (*compare) return cli::compare_command(compare_args, common);
+  if (*report) return cli::report_command(report_inputs, common);
   if (*validate) return cli::validate_command(to_validate, common);
   if (*list) return cli::list_command(what, common);
   if (*plan) return cli::plan_command(plan_opts, common);

@@ -25,12 +25,38 @@ constexpr std::int64_t kContext = 32768;
 constexpr int kVariants =
     4;  ///< distinct selections cycled through, so L2 never holds a call's misses
 
+/// What one replay of the timed graph runs: the whole swap-in, one of its kernels (the other
+/// half runs untimed when needed), or a one-node graph (a 4-byte memset) that shows what graph
+/// launch and the timing events cost by themselves.
+enum class Part { full, resolve, copy, graph };
+
+const char* part_name(Part p) {
+  switch (p) {
+    case Part::full:
+      return "full";
+    case Part::resolve:
+      return "resolve";
+    case Part::copy:
+      return "copy";
+    default:
+      return "graph";
+  }
+}
+
 struct SwapInCase {
   int pool_gb;
   int batch;
   int hot;
   std::size_t row_bytes;
   double miss_rate;
+  Part part = Part::full;
+  int sort_misses_from = -1;    ///< SwapInArgs tuning; -1: the library default
+  int copy_blocks_per_sm = 0;   ///< 0: the library default
+  int copy_rows_per_chunk = 0;  ///< 0: the library default
+  bool flush_l2 = true;         ///< false: L2 (and the TLBs) keep what the previous call left
+  /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
+  /// no real rows (every row only writes -1).
+  enum class Path { long_seq, short_seq, padding } path = Path::long_seq;
 };
 
 #if HISPARSE_WITH_CUDA
@@ -95,9 +121,11 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   auto d_lru = device_copy(lru, "LRU order");
   auto d_variants = device_copy(variants, "selections");
   auto d_sel = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "selection");
-  auto d_lens = device_copy(std::vector<std::int32_t>(batch, static_cast<std::int32_t>(kContext)),
-                            "seq_lens");
-  auto d_real = device_copy(std::vector<std::int32_t>{c.batch}, "num_real");
+  const auto seq_len = static_cast<std::int32_t>(
+      c.path == SwapInCase::Path::short_seq ? static_cast<std::int64_t>(c.hot) : kContext);
+  auto d_lens = device_copy(std::vector<std::int32_t>(batch, seq_len), "seq_lens");
+  auto d_real = device_copy(
+      std::vector<std::int32_t>{c.path == SwapInCase::Path::padding ? 0 : c.batch}, "num_real");
   auto d_rows = Buffer<std::uint8_t>::device(batch * (hot + 1) * stride, Backend::cuda, "hot rows");
   auto d_out = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "physical rows");
   auto d_stats = Buffer<std::int32_t>::device(2 * batch, Backend::cuda, "stats");
@@ -118,12 +146,30 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   a.batch = c.batch;
   a.top_k = kTopK;
   a.hot = c.hot;
+  a.sort_misses_from = c.sort_misses_from;
+  if (c.copy_blocks_per_sm > 0) a.copy_blocks = c.copy_blocks_per_sm * sm_count();
+  a.copy_rows_per_chunk = c.copy_rows_per_chunk;
   kernels::configure_swap_in(kTopK, c.hot);
 
   Stream stream(Backend::cuda);
   L2Flusher l2;
   GpuTimer timer(stream);
-  const CapturedGraph graph(stream, [&](cudaStream_t s) { kernels::launch_swap_in(a, s); });
+  const CapturedGraph graph(stream, [&](cudaStream_t s) {
+    switch (c.part) {
+      case Part::full:
+        kernels::launch_swap_in(a, s);
+        break;
+      case Part::resolve:
+        kernels::launch_swap_in_resolve(a, s);
+        break;
+      case Part::copy:
+        kernels::launch_swap_in_copy(a, s);
+        break;
+      case Part::graph:
+        HISPARSE_CUDA_CHECK(cudaMemsetAsync(a.stats, 0, sizeof(std::int32_t), s));
+        break;
+    }
+  });
   const std::size_t table_bytes = batch * hot * sizeof(std::int32_t);
   auto prepare = [&](std::size_t v) {
     HISPARSE_CUDA_CHECK(cudaMemcpyAsync(
@@ -133,20 +179,33 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
                                         cudaMemcpyDeviceToDevice, stream.native()));
     HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_lru.device_data(), d_lru0.device_data(), table_bytes,
                                         cudaMemcpyDeviceToDevice, stream.native()));
-    l2.flush(stream);
+    // Timing the copy alone: this selection's plan comes from an untimed resolve (which touches
+    // no host memory, so the host pages stay as cold as in a full call).
+    if (c.part == Part::copy) kernels::launch_swap_in_resolve(a, stream.native());
+    if (c.flush_l2) l2.flush(stream);
   };
 
-  // Warm-up replay, and a check that the call misses exactly what the case asks for.
+  // Warm-up (the whole swap-in, then one replay), and a check that the call misses exactly what
+  // the case asks for.
   prepare(0);
-  graph.launch(stream);
+  HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_slot.device_data(), d_slot0.device_data(), table_bytes,
+                                      cudaMemcpyDeviceToDevice, stream.native()));
+  HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_lru.device_data(), d_lru0.device_data(), table_bytes,
+                                      cudaMemcpyDeviceToDevice, stream.native()));
+  kernels::launch_swap_in(a, stream.native());
   stream.synchronize();
   std::vector<std::int32_t> counts(batch);
   copy_bytes(counts.data(), d_count.device_data(), batch * sizeof(std::int32_t), Backend::cuda);
+  prepare(0);
+  graph.launch(stream);
+  stream.synchronize();
   const std::int64_t misses = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
-  if (misses != static_cast<std::int64_t>(misses_per_request) * c.batch) {
+  const std::int64_t expected = c.path == SwapInCase::Path::long_seq
+                                    ? static_cast<std::int64_t>(misses_per_request) * c.batch
+                                    : 0;
+  if (misses != expected) {
     state.SkipWithError(
-        fmt::format("expected {} misses per call, got {}", misses_per_request * c.batch, misses)
-            .c_str());
+        fmt::format("expected {} misses per call, got {}", expected, misses).c_str());
     return;
   }
 
@@ -190,6 +249,18 @@ void bench_swap_in(benchmark::State& state, SwapInCase c) {
 #endif
 }
 
+void register_case(const std::string& name, const SwapInCase& c) {
+  benchmark::RegisterBenchmark(name.c_str(), bench_swap_in, c)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(iterations());
+}
+
+std::string case_name(const char* family, const SwapInCase& c) {
+  return fmt::format("{}/pool_gb:{}/batch:{}/hot:{}/row:{}/miss:{}", family, c.pool_gb, c.batch,
+                     c.hot, c.row_bytes, c.miss_rate);
+}
+
 bool register_swap_in() {
   for (int pool_gb : {1, 16, 64})  // outermost: one pinned pool alive at a time
     for (std::size_t row : {656, 584, 1152})
@@ -197,14 +268,55 @@ bool register_swap_in() {
         for (int batch : {1, 8, 16, 32, 64, 100, 128})
           for (double miss : {0.001, 0.2, 1.0}) {
             const SwapInCase c{pool_gb, batch, hot, row, miss};
-            benchmark::RegisterBenchmark(
-                fmt::format("swap_in/pool_gb:{}/batch:{}/hot:{}/row:{}/miss:{}", pool_gb, batch,
-                            hot, row, miss)
-                    .c_str(),
-                bench_swap_in, c)
-                ->UseManualTime()
-                ->Unit(benchmark::kMicrosecond)
-                ->Iterations(iterations());
+            register_case(case_name("swap_in", c), c);
+          }
+  // Where the time goes (16 GB pool, 656-B rows, hot 4096): each kernel alone and a one-node
+  // graph.
+  for (int batch : {1, 64})
+    for (double miss : {0.001, 0.2, 1.0})
+      for (Part part : {Part::full, Part::resolve, Part::copy, Part::graph}) {
+        if (part == Part::graph && miss != 0.001) continue;
+        SwapInCase c{16, batch, 4096, 656, miss};
+        c.part = part;
+        register_case(case_name("swap_in_part", c) + fmt::format("/part:{}", part_name(part)), c);
+      }
+  // Where the resolve's time goes at few misses: without the L2 flush, on the short-sequence
+  // path (no hash, no tables) and on padding rows only (launch, first loads, -1 writes).
+  using Path = SwapInCase::Path;
+  for (int batch : {1, 64})
+    for (Path path : {Path::long_seq, Path::short_seq, Path::padding})
+      for (bool flush : {true, false})
+        for (Part part : {Part::resolve, Part::copy, Part::full}) {
+          if (path != Path::long_seq && part != Part::resolve) continue;
+          SwapInCase c{16, batch, 4096, 656, 0.001};
+          c.part = part;
+          c.path = path;
+          c.flush_l2 = flush;
+          const char* path_name = path == Path::long_seq    ? "long"
+                                  : path == Path::short_seq ? "short"
+                                                            : "padding";
+          register_case(
+              case_name("swap_in_diag", c) + fmt::format("/part:{}/path:{}/flush:{}",
+                                                         part_name(part), path_name, flush ? 1 : 0),
+              c);
+        }
+  // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
+  // (0: one chunk per block; small chunks: many waves, each over a band of requests).
+  for (int batch : {1, 64, 100})
+    for (double miss : {0.2, 1.0})
+      for (int sort : {0, 1})
+        for (int per_sm : {4, 8, 16})
+          for (int rows : {0, 4, 16}) {
+            if (batch == 1 && (per_sm != 8 || rows != 0)) continue;
+            if (rows != 0 && sort == 0) continue;
+            SwapInCase c{16, batch, 4096, 656, miss};
+            c.sort_misses_from = sort;
+            c.copy_blocks_per_sm = per_sm;
+            c.copy_rows_per_chunk = rows;
+            register_case(
+                case_name("swap_in_tune", c) +
+                    fmt::format("/sort:{}/blocks_per_sm:{}/rows_per_chunk:{}", sort, per_sm, rows),
+                c);
           }
   return true;
 }

@@ -1,13 +1,72 @@
 // hisparse-microbench: kernel microbenchmarks (Google Benchmark). GPU figures are timed with CUDA
 // events around CUDA-graph replays (manual time); counters give bytes per second and the fraction
-// of the PCIe ceiling measured on the device at start. Use --benchmark_filter to pick cases, e.g.
+// of the ceiling measured on the device at start. Use --benchmark_filter to pick cases, e.g.
 //   hisparse-microbench --benchmark_filter='swap_in/pool_gb:16/batch:64/hot:4096/row:656/'
+// With --trace=PATH the selected benchmarks run under a CUPTI trace session and PATH receives a
+// Perfetto / Chrome-trace JSON timeline of their kernels, copies and NVTX ranges (keep the filter
+// narrow and HISPARSE_MICROBENCH_ITERS small: every launch becomes a record).
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "core/error.hpp"
+#include "trace/nvtx.hpp"
+#include "trace/trace_file.hpp"
+
+namespace {
+/// Removes `--trace=PATH` from argv (Google Benchmark rejects flags it does not know).
+std::optional<std::filesystem::path> take_trace_flag(int& argc, char** argv) {
+  constexpr std::string_view kFlag = "--trace=";
+  std::optional<std::filesystem::path> path;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.substr(0, kFlag.size()) == kFlag)
+      path = std::filesystem::path(std::string(arg.substr(kFlag.size())));
+    else
+      argv[kept++] = argv[i];
+  }
+  argc = kept;
+  return path;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
+  using namespace hisparse;
+  const auto trace_path = take_trace_flag(argc, argv);
+  if (trace_path) {
+    if (const std::string why = trace::prepare_nvtx_injection(); !why.empty())
+      fmt::print(stderr, "trace: {}\n", why);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
+  try {
+    std::unique_ptr<trace::TraceFile> trace_file;
+    std::unique_ptr<trace::TraceSession> session;
+    if (trace_path) {
+      trace_file = std::make_unique<trace::TraceFile>(*trace_path);
+      session = trace_file->begin("hisparse-microbench");
+      if (!session->message().empty()) fmt::print(stderr, "trace: {}\n", session->message());
+    }
+    {
+      HISPARSE_RANGE("hisparse-microbench", Phase::api);
+      benchmark::RunSpecifiedBenchmarks();
+    }
+    if (session && session->active()) {
+      (void)trace_file->end(*session);
+      fmt::print(stderr, "trace: wrote {}\n", trace_path->string());
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  }
   benchmark::Shutdown();
   return 0;
 }

@@ -26,6 +26,12 @@ inline int iterations() {
 }
 
 #if HISPARSE_WITH_CUDA
+/// Streaming multiprocessors of the current device.
+inline int sm_count() {
+  static const int sms = Device::cuda().properties().multiprocessors;
+  return sms;
+}
+
 /// Times GPU work on a stream with a pair of events.
 class GpuTimer {
  public:

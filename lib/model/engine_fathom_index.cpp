@@ -1,0 +1,96 @@
+#include "model/engine_fathom_index.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/dtypes.hpp"
+#include "core/error.hpp"
+#include "fathom/depth_planner.hpp"
+#include "fathom/synthetic_keys.hpp"
+#include "kernels/fathom/fathom_math.hpp"
+
+namespace hisparse {
+namespace {
+constexpr int kCalibrationSkip = 16;  // attention sinks distort the first tokens' statistics
+
+std::vector<std::uint16_t> to_bf16(const float* x, std::size_t n) {
+  std::vector<std::uint16_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = float_to_bf16(x[i]);
+  return out;
+}
+}  // namespace
+
+FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
+                               const fathom::SelectorConfig& selector, Backend backend)
+    : shape_(shape),
+      width_(selector.sinks + selector.recent + shape.group * selector.keep()),
+      selector_(backend, selector) {
+  fathom::check_budget(selector.budget, shape.head_dim, "budget_bits");
+  for (int l = 0; l < shape.layers; ++l) {
+    stores_.push_back(std::make_unique<fathom::PlaneStore>(
+        backend, fathom::PlaneLayoutKind::host, shape.streams, shape.head_dim, shape.capacity,
+        fmt::format("fathom planes of layer {}", l)));
+    variances_.emplace_back(static_cast<std::size_t>(shape.streams) *
+                            static_cast<std::size_t>(shape.head_dim));
+  }
+}
+
+void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t stream_stride,
+                                  std::int64_t tokens) {
+  const auto d = static_cast<std::size_t>(shape_.head_dim);
+  const auto per_stream = static_cast<std::size_t>(tokens) * d;
+  std::vector<std::uint16_t> bf(static_cast<std::size_t>(shape_.streams) * per_stream);
+  for (int s = 0; s < shape_.streams; ++s) {
+    const float* src = keys + static_cast<std::ptrdiff_t>(s) * stream_stride;
+    std::uint16_t* dst = bf.data() + static_cast<std::size_t>(s) * per_stream;
+    for (std::size_t i = 0; i < per_stream; ++i) dst[i] = float_to_bf16(src[i]);
+    const auto var =
+        fathom::calibration_variance(dst, tokens, shape_.head_dim, kCalibrationSkip,
+                                     static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
+    std::copy(var.begin(), var.end(),
+              variances_[static_cast<std::size_t>(layer)].begin() +
+                  static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s) * d));
+  }
+  stores_[static_cast<std::size_t>(layer)]->append(0, shape_.streams, bf.data(), shape_.head_dim,
+                                                   static_cast<std::int64_t>(per_stream), tokens);
+}
+
+void FathomKeyIndex::append(int layer, const float* keys) {
+  const auto d = static_cast<std::size_t>(shape_.head_dim);
+  const auto bf = to_bf16(keys, static_cast<std::size_t>(shape_.streams) * d);
+  stores_[static_cast<std::size_t>(layer)]->append(0, shape_.streams, bf.data(), shape_.head_dim,
+                                                   shape_.head_dim, 1);
+}
+
+FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::int32_t* out) {
+  const fathom::PlaneStore& store = *stores_[static_cast<std::size_t>(layer)];
+  const auto selection =
+      selector_.select(store, queries, shape_.group,
+                       variances_[static_cast<std::size_t>(layer)].data(), shape_.streams);
+  const auto& depths = selector_.last_depths();
+  const auto d = static_cast<std::size_t>(shape_.head_dim);
+  FathomSelectStats stats;
+  for (int s = 0; s < shape_.streams; ++s) {
+    const auto& sel = selection[static_cast<std::size_t>(s)];
+    std::int32_t* row = out + static_cast<std::ptrdiff_t>(s) * width_;
+    const auto n = std::min<std::size_t>(sel.size(), static_cast<std::size_t>(width_));
+    std::copy_n(sel.begin(), n, row);
+    std::fill(row + n, row + width_, -1);
+    stats.rows_selected += static_cast<std::int64_t>(n);
+    // The scan reads whole 64-token words of every active (channel, plane) and one fp16 scale
+    // per block of every active channel.
+    const std::int64_t blocks =
+        (store.length(s) + kernels::fathom::kBlockTokens - 1) / kernels::fathom::kBlockTokens;
+    std::int64_t planes = 0, active = 0;
+    for (std::size_t j = 0; j < d; ++j) {
+      const std::uint8_t t = depths[static_cast<std::size_t>(s) * d + j];
+      planes += t;
+      active += t > 0 ? 1 : 0;
+    }
+    stats.bytes_scanned += blocks * (planes * 8 + active * 2);
+  }
+  return stats;
+}
+
+}  // namespace hisparse

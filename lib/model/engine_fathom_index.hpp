@@ -1,0 +1,60 @@
+// FathomKeyIndex: the DecodeEngine's Fathom selection on GQA models. Per layer one
+// fathom::PlaneStore in the host (offloaded) layout whose streams are the engine's KV streams
+// (request * kv_heads + kv_head), the calibration variance of each stream over its context keys,
+// and a FathomSelector (sinks, recent window, per-head top (k - sinks - recent), union over the
+// GQA group). Keys enter as floats and are stored as bf16 before quantisation, as a deployment
+// stores them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/device.hpp"
+#include "fathom/plane_store.hpp"
+#include "fathom/selector.hpp"
+
+namespace hisparse {
+
+struct FathomIndexShape {
+  int layers = 1;
+  int streams = 1;
+  int head_dim = 0;
+  int group = 1;              ///< query heads per KV head
+  std::int64_t capacity = 0;  ///< tokens per stream
+};
+
+/// What one select() read and chose.
+struct FathomSelectStats {
+  std::int64_t bytes_scanned = 0;  ///< plane words and fp16 scales the scan read
+  std::int64_t rows_selected = 0;  ///< selected positions over all streams
+};
+
+class FathomKeyIndex {
+ public:
+  FathomKeyIndex(const FathomIndexShape& shape, const fathom::SelectorConfig& selector,
+                 Backend backend);
+
+  /// Entries per stream of a selection: sinks + recent + group x (top_k - sinks - recent).
+  [[nodiscard]] int width() const noexcept { return width_; }
+  [[nodiscard]] const FathomIndexShape& shape() const noexcept { return shape_; }
+
+  /// Quantises `tokens` context keys of every stream of `layer` (key of stream s, token t at
+  /// keys + s * stream_stride + t * head_dim) and measures the calibration variances
+  /// (fathom::calibration_variance, first 16 tokens skipped).
+  void load_context(int layer, const float* keys, std::int64_t stream_stride, std::int64_t tokens);
+  /// Appends one token per stream: keys [streams][head_dim].
+  void append(int layer, const float* keys);
+  /// Plans, scans and selects for every stream of `layer` with queries [streams][group][head_dim]:
+  /// out [streams][width()] ascending positions, then -1.
+  FathomSelectStats select(int layer, const float* queries, std::int32_t* out);
+
+ private:
+  FathomIndexShape shape_;
+  int width_ = 0;
+  fathom::FathomSelector selector_;
+  std::vector<std::unique_ptr<fathom::PlaneStore>> stores_;
+  std::vector<std::vector<float>> variances_;  ///< per layer [streams][head_dim]
+};
+
+}  // namespace hisparse

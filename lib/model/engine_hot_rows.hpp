@@ -1,0 +1,60 @@
+// HotRowCache: the DecodeEngine's HiSparse placement. One hisparse::HotCache whose cache slots are
+// the engine's KV streams: one per request on MLA models (the latent row), kv_heads per request on
+// GQA models (stream = request * kv_heads + kv_head, row = [K | V] of that head). Rows are stored
+// in the engine's float layout so that attention over hot rows reads exactly the values the
+// GPU-resident baseline reads; the bytes a deployment moves are accounted separately
+// (deployed_row_bytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/device.hpp"
+#include "core/stream.hpp"
+#include "hotcache/hot_cache.hpp"
+#include "hotcache/policies.hpp"
+
+namespace hisparse {
+
+struct HotRowShape {
+  int streams = 1;
+  int layers = 1;
+  std::int64_t capacity = 0;  ///< tokens per stream the host pool holds
+  int row_floats = 0;         ///< floats per row in the engine's layout
+  int hot = 0;                ///< slots per (stream, layer), top_k <= hot <= 32768
+  int width = 0;              ///< entries of one step's selection per stream (the swap-in top_k)
+};
+
+class HotRowCache {
+ public:
+  HotRowCache(const HotRowShape& shape, Backend backend);
+
+  [[nodiscard]] const HotRowShape& shape() const noexcept { return shape_; }
+  /// The host-pool row of `token` (write the context here before admit_all()).
+  [[nodiscard]] float* pool_row(int stream, int layer, std::int64_t token);
+  /// Starts every stream with `seq_len` tokens in the pool (HotCache::admit).
+  void admit_all(std::int64_t seq_len);
+  /// The newest token (position seq_len - 1) of `stream`: into the host pool and into the
+  /// reserved newest-token slot of the hot buffer.
+  void append(int layer, int stream, std::int64_t seq_len, const float* row);
+  /// Swap-in of one step's selection for `layer` ([streams][width] positions, -1 none) at
+  /// `seq_len`: writes the hot-buffer slot of every entry ([streams][width], -1 none), records
+  /// the selection in the layer's traces, returns the hits and misses.
+  SwapInStats swap_in(int layer, const std::int32_t* selected, std::int64_t seq_len,
+                      std::int32_t* slots);
+  /// The layer's hot rows: slot s of stream r at (r * (hot + 1) + s) * row_floats.
+  [[nodiscard]] const float* layer_rows(int layer) const;
+  /// Selection traces, index layer * streams + stream, one TraceStep per swap_in().
+  [[nodiscard]] const std::vector<SelectionTrace>& traces() const noexcept { return traces_; }
+
+ private:
+  HotRowShape shape_;
+  HotCache cache_;
+  Stream stream_;
+  std::vector<std::int64_t> seq_lens_;
+  std::vector<std::int32_t> physical_;
+  std::vector<SelectionTrace> traces_;
+};
+
+}  // namespace hisparse

@@ -1,0 +1,70 @@
+#include "model/selection_quality.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "kernels/topk/topk.hpp"
+
+namespace hisparse {
+
+double selection_recall(const SelectionRecallArgs& a) {
+  const std::int64_t n = std::min(a.seq_len, a.capacity);
+  const int k = static_cast<int>(std::min<std::int64_t>(a.top_k, n));
+  if (a.batch < 1 || a.q_heads < 1 || k < 1) return 0.0;
+  const std::ptrdiff_t stride = a.k_row_stride ? a.k_row_stride : a.dim;
+  const int group = a.q_heads / a.kv_heads;
+  std::vector<float> scores(static_cast<std::size_t>(n));
+  std::vector<std::int32_t> exact(static_cast<std::size_t>(k));
+  std::vector<char> chosen(static_cast<std::size_t>(n));
+  double sum = 0;
+  for (int b = 0; b < a.batch; ++b)
+    for (int h = 0; h < a.q_heads; ++h) {
+      const int g = h / group;
+      const float* q = a.q + (static_cast<std::ptrdiff_t>(b) * a.q_heads + h) * a.dim;
+      const float* rows =
+          a.k + (static_cast<std::ptrdiff_t>(b) * a.kv_heads + g) * a.capacity * stride;
+      for (std::int64_t t = 0; t < n; ++t) {
+        float dot = 0.0f;
+        for (int c = 0; c < a.dim; ++c) dot += q[c] * rows[t * stride + c];
+        scores[static_cast<std::size_t>(t)] = dot;
+      }
+      kernels::TopkArgs tk;
+      tk.scores = scores.data();
+      tk.lengths = &n;
+      tk.out = exact.data();
+      tk.rows = 1;
+      tk.stride = n;
+      tk.k = k;
+      kernels::topk_ref(tk);
+      std::fill(chosen.begin(), chosen.end(), char{0});
+      const int sel = a.groups == 1 ? 0 : g;
+      const std::int32_t* s =
+          a.selected + (static_cast<std::ptrdiff_t>(b) * a.groups + sel) * a.width;
+      for (int i = 0; i < a.width; ++i)
+        if (s[i] >= 0 && s[i] < n) chosen[static_cast<std::size_t>(s[i])] = 1;
+      int kept = 0;
+      for (std::int32_t t : exact) kept += t >= 0 && chosen[static_cast<std::size_t>(t)] ? 1 : 0;
+      sum += static_cast<double>(kept) / k;
+    }
+  return sum / (static_cast<double>(a.batch) * a.q_heads);
+}
+
+double mean_relative_l2_error(const float* approx, const float* exact, int vectors, int dim) {
+  if (vectors < 1) return 0.0;
+  double sum = 0;
+  for (int i = 0; i < vectors; ++i) {
+    double num = 0, den = 0;
+    for (int c = 0; c < dim; ++c) {
+      const double e = exact[static_cast<std::ptrdiff_t>(i) * dim + c];
+      const double d = approx[static_cast<std::ptrdiff_t>(i) * dim + c] - e;
+      num += d * d;
+      den += e * e;
+    }
+    sum += den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
+  }
+  return sum / vectors;
+}
+
+}  // namespace hisparse

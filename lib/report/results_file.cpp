@@ -1,0 +1,129 @@
+#include "report/results_file.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "bench/result_set.hpp"
+#include "core/error.hpp"
+#include "report/atomic_file.hpp"
+#include "report/html_report.hpp"
+#include "report/tables.hpp"
+
+namespace hisparse {
+namespace {
+
+using nlohmann::json;
+
+const json& member(const json& j, const char* key) {
+  static const json null_value;
+  return j.is_object() && j.contains(key) ? j.at(key) : null_value;
+}
+
+}  // namespace
+
+json load_results(const std::filesystem::path& path) {
+  const std::string where = path.string();
+  const char* fix = "give the path of a results.json written by 'hisparse-bench run'";
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(where, "is a folder, not a results file", "give <folder>/results.json");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(where, fmt::format("cannot read the file ({})", std::strerror(errno)), fix);
+  std::stringstream text;
+  text << in.rdbuf();
+  json doc;
+  try {
+    doc = json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    std::string why = e.what();
+    if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
+    throw Error(where, fmt::format("not valid JSON ({})", why), fix);
+  }
+  const json& version = member(doc, "schema_version");
+  if (!doc.is_object() || !version.is_number_integer() || !member(doc, "points").is_array())
+    throw Error(where, "not a hisparse-bench results file (no schema_version and points)", fix);
+  if (version.get<int>() != kResultsSchemaVersion)
+    throw Error(where,
+                fmt::format("schema_version {} is not supported; this hisparse-bench reads "
+                            "schema_version {}",
+                            version.get<int>(), kResultsSchemaVersion),
+                "use the hisparse-bench version that wrote it, or run the scenario again");
+  return doc;
+}
+
+std::vector<std::filesystem::path> write_results_files(const json& results,
+                                                       const std::filesystem::path& dir,
+                                                       const std::vector<std::string>& formats) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw Error(dir.string(), "cannot create the output folder (" + ec.message() + ")",
+                "choose a writable folder with --out DIR");
+  std::vector<std::filesystem::path> written;
+  for (const auto& f : formats) {
+    std::filesystem::path path;
+    std::string content;
+    if (f == "json")
+      path = dir / "results.json", content = results.dump(2) + "\n";
+    else if (f == "csv")
+      path = dir / "results.csv", content = results_csv(results);
+    else if (f == "md")
+      path = dir / "summary.md", content = results_markdown(results);
+    else if (f == "html")
+      path = dir / "report.html", content = html_report(results);
+    else
+      continue;
+    write_file_atomically(path, content);
+    written.push_back(path);
+  }
+  return written;
+}
+
+json merge_results(const std::vector<json>& documents, const std::vector<std::string>& labels) {
+  if (documents.size() == 1) return documents.front();
+  json merged = json::object();
+  merged["schema_version"] =
+      documents.empty() ? json(kResultsSchemaVersion) : member(documents.front(), "schema_version");
+  merged["metadata"] = documents.empty() ? json::object() : member(documents.front(), "metadata");
+  merged["scenario"] = documents.empty() ? json::object() : member(documents.front(), "scenario");
+  merged["sources"] = json::array();
+  merged["points"] = json::array();
+  std::size_t planned = 0, recorded = 0, failed = 0;
+  bool complete = true;
+  for (std::size_t i = 0; i < documents.size(); ++i) {
+    const json& d = documents[i];
+    const json& meta = member(d, "metadata");
+    merged["sources"].push_back(
+        {{"label", i < labels.size() ? labels[i] : fmt::format("run {}", i + 1)},
+         {"scenario", member(member(d, "scenario"), "name")},
+         {"backend", member(meta, "backend")},
+         {"device", member(member(meta, "device"), "name")},
+         {"git_revision", member(meta, "git_revision")},
+         {"start_time", member(meta, "start_time")},
+         {"synthetic", member(meta, "synthetic")}});
+    for (json p : member(d, "points")) {
+      p["source"] = i;
+      p["index"] = merged["points"].size();
+      if (member(p, "status") != json("ok")) ++failed;
+      merged["points"].push_back(std::move(p));
+      ++recorded;
+    }
+    const json& summary = member(d, "summary");
+    planned += member(summary, "planned").is_number()
+                   ? member(summary, "planned").get<std::size_t>()
+                   : member(d, "points").size();
+    complete = complete && member(summary, "complete") != json(false);
+  }
+  merged["summary"] = {{"planned", planned},
+                       {"recorded", recorded},
+                       {"ok", recorded - failed},
+                       {"failed", failed},
+                       {"complete", complete}};
+  return merged;
+}
+
+}  // namespace hisparse

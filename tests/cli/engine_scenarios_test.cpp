@@ -1,0 +1,111 @@
+// The engine's CPU scenarios end to end: hisparse-policies (replacement-policy miss rates) and
+// fathom-quality (recall and attention error against the bit budget), with fewer steps.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "support/run_command.hpp"
+
+namespace hisparse::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path =
+      fs::temp_directory_path() / ("hisparse_engine_cli_" + std::to_string(getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { fs::remove_all(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+nlohmann::json run_scenario(const std::string& name, const std::string& sets, const TempDir& out) {
+  const std::string scenario = std::string(HISPARSE_SOURCE_DIR) + "/scenarios/" + name + ".yaml";
+  const auto r = run_bench("run " + scenario + " --backend cpu --quiet --out " + out.path.string() +
+                           " " + sets);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out.path / "results.json");
+  std::stringstream s;
+  s << in.rdbuf();
+  return nlohmann::json::parse(s.str());
+}
+
+TEST(EngineScenarios, HisparsePoliciesReportsEveryPolicy) {
+  TempDir out;
+  const auto j =
+      run_scenario("hisparse-policies", "--set decode_steps=3 --set warmup_steps=0", out);
+  ASSERT_EQ(j["points"].size(), 12u);
+  std::map<std::string, double> optimum;  // per hot_buffer
+  for (const auto& p : j["points"]) {
+    ASSERT_EQ(p["status"], "ok") << p.dump();
+    const auto& m = p["metrics"];
+    const std::string hot = p["axes"]["hot_buffer"];
+    const std::string policy = p["axes"]["policy"];
+    EXPECT_EQ(m["policy"], policy);
+    EXPECT_EQ(m["policy_steps"], 3);
+    const double rate = m["policy_miss_rate"];
+    const double best = m["optimal_miss_rate"];
+    EXPECT_LE(best, rate) << hot << " " << policy;
+    if (optimum.count(hot)) {
+      EXPECT_EQ(optimum[hot], best) << "same traces, same optimum";
+    }
+    optimum[hot] = best;
+    const double hits = m["hits"], misses = m["misses"];
+    EXPECT_GT(misses, 0);
+    // The engine always runs the swap-in's LRU; with no warm-up the lru replay equals it.
+    if (policy == "lru") {
+      EXPECT_EQ(rate, misses / (hits + misses));
+    }
+    if (policy == "belady") {
+      EXPECT_EQ(rate, best);
+    }
+    EXPECT_GT(m["selection_recall"].get<double>(), 0.0);
+    EXPECT_GE(m["attention_rel_error"].get<double>(), 0.0);
+  }
+  EXPECT_GE(optimum["64"], optimum["256"]);
+  std::ifstream csv(out.path / "results.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(
+      header.find(",selection_recall,attention_rel_error,policy_miss_rate,optimal_miss_rate,"),
+      std::string::npos)
+      << header;
+}
+
+TEST(EngineScenarios, FathomQualityTracksTheBudget) {
+  TempDir out;
+  const auto j = run_scenario(
+      "fathom-quality",
+      "--set decode_steps=2 --set warmup_steps=0 --set sweep.budget_bits=[40,128]", out);
+  ASSERT_EQ(j["points"].size(), 4u);
+  std::map<std::string, nlohmann::json> fathom;
+  for (const auto& p : j["points"]) {
+    ASSERT_EQ(p["status"], "ok") << p.dump();
+    const auto& m = p["metrics"];
+    const double recall = m["selection_recall"], error = m["attention_rel_error"];
+    EXPECT_GT(recall, 0.0);
+    EXPECT_LE(recall, 1.0);
+    EXPECT_GT(error, 0.0);
+    EXPECT_TRUE(m["hit_rate"].is_null());
+    if (p["axes"]["mode"] == "fathom") {
+      EXPECT_GT(m["bytes_h2d_per_step"].get<double>(), 0.0);
+      fathom[p["axes"]["budget_bits"]] = m;
+    } else {
+      EXPECT_EQ(m["bytes_h2d_per_step"].get<double>(), 0.0);
+    }
+  }
+  ASSERT_EQ(fathom.size(), 2u);
+  // Per stream and 64-token block: 40 planes x 8 B at most + scales, against 128 x 8 + 32 x 2.
+  EXPECT_LT(fathom["40"]["bytes_scanned_per_step"].get<double>(),
+            0.4 * fathom["128"]["bytes_scanned_per_step"].get<double>());
+}
+
+}  // namespace
+}  // namespace hisparse::test

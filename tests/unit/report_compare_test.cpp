@@ -1,0 +1,129 @@
+// compare_results on small documents built here: matching by axis values, noise, verdicts,
+// points present in one run only, and notes on configs that differ outside the axes.
+#include "report/compare.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace hisparse {
+namespace {
+
+using nlohmann::json;
+
+json point(int concurrency, double tps, double p10, double p90, int context = 128) {
+  const double median = 1000.0 * concurrency / tps;
+  return {{"index", 0},
+          {"axes", {{"concurrency", concurrency}}},
+          {"config",
+           {{"model", "m"},
+            {"mode", "dense"},
+            {"concurrency", concurrency},
+            {"context_length", context}}},
+          {"status", "ok"},
+          {"metrics",
+           {{"output_tokens_per_s", tps},
+            {"step_ms", {{"median", median}, {"p10", p10 * median}, {"p90", p90 * median}}}}}};
+}
+
+json doc(std::vector<json> points) {
+  return {{"schema_version", 1},
+          {"metadata", {{"backend", "cpu"}, {"device", {{"name", "cpu0"}}}}},
+          {"points", points}};
+}
+
+const PointComparison& find(const Comparison& c, const std::string& key) {
+  for (const auto& p : c.points)
+    if (p.point == key) return p;
+  throw std::runtime_error("no point " + key);
+}
+
+TEST(ReportCompare, NoiseIsTheLargerRelativeSpread) {
+  // BASE spread 0.9..1.1 = 20%, NEW 0.95..1.05 = 10%: a 15% drop is within noise, 25% is not.
+  const json base = doc({point(1, 100, 0.9, 1.1), point(2, 200, 0.9, 1.1)});
+  const json next = doc({point(1, 85, 0.95, 1.05), point(2, 150, 0.95, 1.05)});
+  const Comparison c = compare_results(base, next, {}, "a", "b");
+  EXPECT_EQ(c.axes, std::vector<std::string>{"concurrency"});
+  const auto& one = find(c, "concurrency=1");
+  EXPECT_NEAR(one.delta_pct, -15.0, 1e-9);
+  EXPECT_NEAR(one.noise_pct, 20.0, 1e-9);
+  EXPECT_EQ(one.verdict, Verdict::noise);
+  EXPECT_EQ(find(c, "concurrency=2").verdict, Verdict::regression);
+  EXPECT_EQ(c.regressions, 1);
+  EXPECT_TRUE(c.regressed());
+}
+
+TEST(ReportCompare, ExactlyAtTheThresholdIsTheSame) {
+  const json base = doc({point(1, 100, 1, 1)});
+  const json next = doc({point(1, 95, 1, 1)});
+  EXPECT_EQ(compare_results(base, next, {}, "a", "b").points[0].verdict, Verdict::same);
+  CompareOptions strict;
+  strict.threshold_pct = 4.9;
+  EXPECT_EQ(compare_results(base, next, strict, "a", "b").points[0].verdict, Verdict::regression);
+}
+
+TEST(ReportCompare, PointsInOneRunOnlyAreListedNotCounted) {
+  const json base = doc({point(1, 100, 1, 1), point(2, 200, 1, 1)});
+  const json next = doc({point(2, 200, 1, 1), point(4, 400, 1, 1)});
+  const Comparison c = compare_results(base, next, {}, "a", "b");
+  ASSERT_EQ(c.points.size(), 3u);
+  EXPECT_EQ(find(c, "concurrency=4").note, "only in NEW");
+  EXPECT_EQ(find(c, "concurrency=1").note, "only in BASE");
+  EXPECT_EQ(find(c, "concurrency=1").verdict, Verdict::not_compared);
+  EXPECT_FALSE(c.regressed());
+}
+
+TEST(ReportCompare, ConfigDifferenceOutsideTheAxesIsNoted) {
+  const Comparison c = compare_results(doc({point(1, 100, 1, 1, 128)}),
+                                       doc({point(1, 100, 1, 1, 256)}), {}, "a", "b");
+  EXPECT_EQ(c.points[0].note, "config differs: context_length 128 -> 256");
+}
+
+TEST(ReportCompare, BaseFailureIsNotARegression) {
+  json base = doc({point(1, 100, 1, 1)});
+  base["points"][0]["status"] = "failed";
+  base["points"][0]["metrics"] = nullptr;
+  const Comparison c = compare_results(base, doc({point(1, 50, 1, 1)}), {}, "a", "b");
+  EXPECT_EQ(c.points[0].verdict, Verdict::not_compared);
+  EXPECT_EQ(c.points[0].note, "failed in BASE");
+  EXPECT_FALSE(c.regressed());
+}
+
+TEST(ReportCompare, MissingMetricAndBadThresholdAreErrors) {
+  json next = doc({point(1, 100, 1, 1)});
+  next["points"][0]["metrics"].erase("output_tokens_per_s");
+  try {
+    (void)compare_results(doc({point(1, 100, 1, 1)}), next, {}, "a.json", "b.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "b.json: point 0 has no metrics.output_tokens_per_s value; compare "
+                 "results.json files written by 'hisparse-bench run'");
+  }
+  CompareOptions o;
+  o.threshold_pct = -1;
+  EXPECT_THROW((void)compare_results(doc({}), doc({}), o, "a", "b"), Error);
+}
+
+TEST(ReportCompare, MetricNamesRoundTrip) {
+  EXPECT_EQ(parse_compare_metric("tokens_per_s", "--metric"), CompareMetric::tokens_per_s);
+  EXPECT_EQ(name_of(parse_compare_metric("step_ms.median", "--metric")), "step_ms.median");
+  EXPECT_THROW((void)parse_compare_metric("tps", "--metric"), Error);
+}
+
+TEST(ReportCompare, JsonCarriesTheVerdicts) {
+  const Comparison c =
+      compare_results(doc({point(1, 100, 1, 1)}), doc({point(1, 120, 1, 1)}), {}, "a", "b");
+  const json j = to_json(c);
+  EXPECT_EQ(j["status"], "ok");
+  EXPECT_EQ(j["improvements"], 1);
+  EXPECT_EQ(j["points"][0]["verdict"], "improvement");
+  EXPECT_NEAR(j["points"][0]["delta_pct"].get<double>(), 20.0, 1e-9);
+  EXPECT_EQ(j["base"]["label"], "a");
+}
+
+}  // namespace
+}  // namespace hisparse

@@ -1,0 +1,358 @@
+// Fathom microbenchmarks on the GPU (Qwen3-8B-shaped streams: 8 KV heads x 4 query heads,
+// head_dim 128, top_k 512):
+//  - fathom_scan/<hbm|host>/budget:B/context:N/batch:S: the fused plane scan + selection
+//    (scan kernel + finalize kernel, one CUDA-graph replay) over batch x 8 streams of N tokens.
+//    Planes are random bits and scales random fp16 (the scan's cost does not depend on the
+//    values; random scores make the rising selection threshold behave as on real data); depths
+//    come from the bisection planner on random queries and variances spread over three decades.
+//    Counters: us per call, bytes actually read (active planes + scales of active channels),
+//    GB/s, and the fraction of the ceiling measured on the device at start (HBM device copy,
+//    read + write, for hbm; pinned host -> device cudaMemcpy for host, whose planes the kernel
+//    reads straight from mapped pinned memory, so the transfer is overlapped with the scan).
+//  - fathom_plan/batch:S: the depth planner for batch x 8 streams at budget 48; us per call of one
+//    graph replay (what a decode step pays) and per launch within 100 back-to-back launches.
+//  - fathom_quantize/tokens:T/streams:S: quantize + pack of T bf16 keys per stream (prefill
+//    chunks; T = 64 is the decode-time re-quantization of the block being filled). GB/s over
+//    keys read + planes and scales written.
+// L2 is flushed before every timed call.
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/dtypes.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "fathom/depth_planner.hpp"
+#include "fathom/plane_scan.hpp"
+#include "kernels/fathom/depth_plan.hpp"
+#include "kernels/fathom/plane_scan.hpp"
+#include "kernels/fathom/quantize_pack.hpp"
+#include "microbench_util.hpp"
+
+namespace hisparse::microbench {
+namespace {
+namespace kf = kernels::fathom;
+
+constexpr int kKvHeads = 8;
+constexpr int kGroupHeads = 4;
+constexpr int kHeadDim = 128;
+constexpr int kTopK = 512;
+
+struct ScanCase {
+  kf::PlaneLayoutKind kind;
+  int budget;
+  std::int64_t context;
+  int batch;
+};
+
+/// Random queries [streams][heads][d] and per-KV-head variances [kKvHeads][d] spread over three
+/// decades, as the planner sees them.
+void random_plan_inputs(std::int32_t streams, std::vector<float>& q, std::vector<float>& var) {
+  Rng rng(2026);
+  q.resize(static_cast<std::size_t>(streams) * kGroupHeads * kHeadDim);
+  var.resize(static_cast<std::size_t>(kKvHeads) * kHeadDim);
+  for (auto& x : q) x = rng.normal();
+  for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
+}
+
+#if HISPARSE_WITH_CUDA
+template <class T>
+Buffer<T> device_copy(const std::vector<T>& host, const char* label) {
+  auto b = Buffer<T>::device(host.size(), Backend::cuda, label);
+  copy_bytes(b.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
+  return b;
+}
+
+/// HBM ceiling: device-to-device copy, bytes read + written (measured once per process).
+double hbm_copy_gbps() {
+  static const double gbps =
+      measure_ceilings(Device::cuda(), std::size_t{256} << 20, 5).hbm_copy_gbps;
+  return gbps;
+}
+
+void run_scan(benchmark::State& state, const ScanCase& c) {
+  const std::int32_t streams = c.batch * kKvHeads;
+  kf::PlaneLayout layout;
+  layout.kind = c.kind;
+  layout.channels = kHeadDim;
+  const std::int64_t blocks = (c.context + kf::kBlockTokens - 1) / kf::kBlockTokens;
+  layout.capacity_blocks =
+      (blocks + kf::kSuperblockBlocks - 1) / kf::kSuperblockBlocks * kf::kSuperblockBlocks;
+  const auto words_per = static_cast<std::size_t>(layout.words_per_stream());
+  const auto scales_per = static_cast<std::size_t>(layout.scales_per_stream());
+
+  // One stream's random planes and scales, replicated into every stream.
+  std::vector<std::uint64_t> words(words_per);
+  std::vector<std::uint16_t> scales(scales_per);
+  for (std::size_t i = 0; i < words_per; ++i) words[i] = random_bits(7, i);
+  for (std::size_t i = 0; i < scales_per; ++i)
+    scales[i] = float_to_f16(0.5f + 1.5f * random_uniform(8, i));
+  const bool host = c.kind == kf::PlaneLayoutKind::host;
+  auto make = [&](auto& buf, const auto& one, std::size_t per, const char* label) {
+    using T = typename std::decay_t<decltype(one)>::value_type;
+    const std::size_t total = per * static_cast<std::size_t>(streams);
+    buf = host ? Buffer<T>::pinned(total, Backend::cuda, label)
+               : Buffer<T>::device(total, Backend::cuda, label);
+    for (std::int32_t s = 0; s < streams; ++s) {
+      if (host)
+        std::memcpy(buf.host_data() + s * per, one.data(), per * sizeof(T));
+      else
+        copy_bytes(buf.device_data() + s * per, one.data(), per * sizeof(T), Backend::cuda);
+    }
+  };
+  Buffer<std::uint64_t> d_words;
+  Buffer<std::uint16_t> d_scales;
+  make(d_words, words, words_per, host ? "host planes" : "HBM planes");
+  make(d_scales, scales, scales_per, host ? "host scales" : "HBM scales");
+
+  std::vector<float> q, var;
+  random_plan_inputs(streams, q, var);
+  std::vector<std::uint8_t> depths(static_cast<std::size_t>(streams) * kHeadDim);
+  kf::DepthPlanArgs p;
+  p.queries = q.data();
+  p.variances = var.data();
+  p.variance_period = kKvHeads;
+  p.streams = streams;
+  p.heads = kGroupHeads;
+  p.channels = kHeadDim;
+  p.budget = c.budget;
+  p.depths = depths.data();
+  kf::depth_plan_bisection_ref(p);
+  double plane_bytes = 0, scale_bytes = 0;
+  for (std::int32_t s = 0; s < streams; ++s) {
+    const std::span<const std::uint8_t> d(depths.data() + s * kHeadDim, kHeadDim);
+    int sum = 0;
+    for (auto t : d) sum += t;
+    plane_bytes += static_cast<double>(sum) * static_cast<double>(c.context) / 8.0;
+    scale_bytes += fathom::active_channels(d) * 2.0 * static_cast<double>(blocks);
+  }
+
+  auto d_q = device_copy(q, "queries");
+  auto d_depths = device_copy(depths, "depths");
+  auto d_lengths = device_copy(std::vector<std::int64_t>(streams, c.context), "lengths");
+  kf::PlaneScanArgs a;
+  a.words = d_words.device_data();
+  a.scales = d_scales.device_data();
+  a.layout = layout;
+  a.lengths = d_lengths.device_data();
+  a.queries = d_q.device_data();
+  a.depths = d_depths.device_data();
+  a.streams = streams;
+  a.heads = kGroupHeads;
+  a.keep = kTopK - a.sinks - a.recent;
+  a.max_tokens = c.context;
+  auto d_sel = Buffer<std::int32_t>::device(static_cast<std::size_t>(a.max_selected()) * streams,
+                                            Backend::cuda, "selection");
+  auto d_count = Buffer<std::int32_t>::device(streams, Backend::cuda, "selection counts");
+  a.selected = d_sel.device_data();
+  a.selected_count = d_count.device_data();
+
+  Stream stream(Backend::cuda);
+  fathom::PlaneScan scan(Backend::cuda);
+  scan.run(a, c.budget, stream.native());  // warm-up; sizes the workspace outside the capture
+  stream.synchronize();
+  std::vector<std::int32_t> counts(streams);
+  copy_bytes(counts.data(), d_count.device_data(), counts.size() * 4, Backend::cuda);
+  for (auto n : counts)
+    if (n != a.max_selected() && n < kTopK) {
+      state.SkipWithError(fmt::format("selection returned {} rows", n).c_str());
+      return;
+    }
+  L2Flusher l2;
+  GpuTimer timer(stream);
+  const CapturedGraph graph(stream, [&](cudaStream_t s) { scan.run(a, c.budget, s); });
+  double total = 0;
+  for (auto _ : state) {
+    l2.flush(stream);
+    timer.start();
+    graph.launch(stream);
+    const double seconds = timer.stop_seconds();
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  const double per_call = total / static_cast<double>(state.iterations());
+  const double bytes = plane_bytes + scale_bytes;
+  const double gbps = bytes / per_call / 1e9;
+  const double ceiling = host ? pcie_h2d_gbps() : hbm_copy_gbps();
+  state.counters["us_per_call"] = per_call * 1e6;
+  state.counters["read_MB"] = bytes / 1e6;
+  state.counters["GBps"] = gbps;
+  state.counters["ceiling_fraction"] = gbps / ceiling;
+  state.counters["Gtokens_per_s"] =
+      static_cast<double>(streams) * static_cast<double>(c.context) / per_call / 1e9;
+  state.SetLabel(fmt::format("{} streams, {} chunks x {}-block tiles, ceiling {:.0f} GB/s ({})",
+                             streams, scan.workspace().chunks, scan.workspace().tile_blocks,
+                             ceiling, host ? "PCIe H2D" : "HBM copy"));
+}
+
+void run_plan(benchmark::State& state, int batch) {
+  const std::int32_t streams = batch * kKvHeads;
+  std::vector<float> q, var;
+  random_plan_inputs(streams, q, var);
+  auto d_q = device_copy(q, "queries");
+  auto d_var = device_copy(var, "variances");
+  auto d_depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * kHeadDim,
+                                               Backend::cuda, "depths");
+  kf::DepthPlanArgs p;
+  p.queries = d_q.device_data();
+  p.variances = d_var.device_data();
+  p.variance_period = kKvHeads;
+  p.streams = streams;
+  p.heads = kGroupHeads;
+  p.channels = kHeadDim;
+  p.budget = 48;
+  p.depths = d_depths.device_data();
+  Stream stream(Backend::cuda);
+  GpuTimer timer(stream);
+  constexpr int kBackToBack = 100;
+  const CapturedGraph one(stream, [&](cudaStream_t s) { kf::launch_depth_plan(p, s); });
+  const CapturedGraph many(stream, [&](cudaStream_t s) {
+    for (int i = 0; i < kBackToBack; ++i) kf::launch_depth_plan(p, s);
+  });
+  many.launch(stream);
+  stream.synchronize();
+  double total = 0;
+  for (auto _ : state) {
+    timer.start();
+    one.launch(stream);
+    const double seconds = timer.stop_seconds();
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  timer.start();
+  many.launch(stream);
+  const double batched = timer.stop_seconds() / kBackToBack;
+  state.counters["us_per_call"] = total / static_cast<double>(state.iterations()) * 1e6;
+  state.counters["us_per_launch_back_to_back"] = batched * 1e6;
+  state.counters["streams"] = streams;
+}
+
+void run_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
+  std::vector<std::uint16_t> keys(static_cast<std::size_t>(tokens) * streams * kHeadDim);
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    keys[i] = float_to_bf16(random_normal(11, i) * (1.0f + static_cast<float>(i % 7)));
+  auto d_keys = device_copy(keys, "keys");
+  kf::PlaneLayout layout;
+  layout.kind = kf::PlaneLayoutKind::hbm;
+  layout.channels = kHeadDim;
+  const std::int64_t blocks = (tokens + kf::kBlockTokens - 1) / kf::kBlockTokens;
+  layout.capacity_blocks =
+      (blocks + kf::kSuperblockBlocks - 1) / kf::kSuperblockBlocks * kf::kSuperblockBlocks;
+  auto d_words = Buffer<std::uint64_t>::device(
+      static_cast<std::size_t>(layout.words_per_stream()) * streams, Backend::cuda, "planes");
+  auto d_scales = Buffer<std::uint16_t>::device(
+      static_cast<std::size_t>(layout.scales_per_stream()) * streams, Backend::cuda, "scales");
+  kf::QuantizePackArgs a;
+  a.keys = d_keys.device_data();
+  a.token_stride = kHeadDim;
+  a.stream_stride = tokens * kHeadDim;
+  a.streams = streams;
+  a.tokens = tokens;
+  a.layout = layout;
+  a.words = d_words.device_data();
+  a.scales = d_scales.device_data();
+  Stream stream(Backend::cuda);
+  L2Flusher l2;
+  GpuTimer timer(stream);
+  const CapturedGraph graph(stream, [&](cudaStream_t s) { kf::launch_quantize_pack(a, s); });
+  graph.launch(stream);
+  stream.synchronize();
+  double total = 0;
+  for (auto _ : state) {
+    l2.flush(stream);
+    timer.start();
+    graph.launch(stream);
+    const double seconds = timer.stop_seconds();
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  const double per_call = total / static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(keys.size()) * 2.0 +
+                       static_cast<double>(blocks) * streams * kHeadDim * (4 * 8 + 2);
+  state.counters["us_per_call"] = per_call * 1e6;
+  state.counters["GBps"] = bytes / per_call / 1e9;
+  state.counters["hbm_fraction"] = bytes / per_call / 1e9 / hbm_copy_gbps();
+}
+#endif
+
+template <class F>
+void guarded(benchmark::State& state, const char* what, F&& body) {
+  std::string why;
+  if (!cuda_available(&why)) {
+    state.SkipWithError(fmt::format("{} needs a GPU: {}", what, why).c_str());
+    return;
+  }
+  try {
+    body();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void bench_scan(benchmark::State& state, ScanCase c) {
+  guarded(state, "fathom_scan", [&] {
+#if HISPARSE_WITH_CUDA
+    run_scan(state, c);
+#else
+    (void)c;
+#endif
+  });
+}
+void bench_plan(benchmark::State& state, int batch) {
+  guarded(state, "fathom_plan", [&] {
+#if HISPARSE_WITH_CUDA
+    run_plan(state, batch);
+#else
+    (void)batch;
+#endif
+  });
+}
+void bench_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
+  guarded(state, "fathom_quantize", [&] {
+#if HISPARSE_WITH_CUDA
+    run_quantize(state, tokens, streams);
+#else
+    (void)tokens, (void)streams;
+#endif
+  });
+}
+
+bool register_fathom() {
+  for (auto kind : {kf::PlaneLayoutKind::hbm, kf::PlaneLayoutKind::host})
+    for (std::int64_t context : {32768, 131072, 1048576})
+      for (int batch : {1, 8, 32})
+        for (int budget : {40, 48, 64, 80, 128}) {
+          const ScanCase c{kind, budget, context, batch};
+          benchmark::RegisterBenchmark(
+              fmt::format("fathom_scan/{}/budget:{}/context:{}/batch:{}",
+                          kind == kf::PlaneLayoutKind::hbm ? "hbm" : "host", budget, context, batch)
+                  .c_str(),
+              bench_scan, c)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->Iterations(iterations());
+        }
+  for (int batch : {1, 8, 32})
+    benchmark::RegisterBenchmark(fmt::format("fathom_plan/batch:{}", batch).c_str(), bench_plan,
+                                 batch)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(iterations());
+  for (auto [tokens, streams] : {std::pair<std::int64_t, int>{65536, 8}, {64, 64}, {64, 256}})
+    benchmark::RegisterBenchmark(
+        fmt::format("fathom_quantize/tokens:{}/streams:{}", tokens, streams).c_str(),
+        bench_quantize, tokens, streams)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(iterations());
+  return true;
+}
+
+[[maybe_unused]] const bool registered = register_fathom();
+
+}  // namespace
+}  // namespace hisparse::microbench
