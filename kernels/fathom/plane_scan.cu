@@ -54,8 +54,8 @@ ScanSmem plan_scan_smem(const PlaneScanArgs& a, const PlaneScanWorkspace& ws, in
   const std::int64_t left = kScanSharedBudget - off;
   const std::int64_t per_head = left / (8 * std::max(1, a.heads));
   const std::int64_t slack = std::min<std::int64_t>(
-      per_head - a.keep, std::clamp<std::int64_t>(a.keep, 2 * kScanRoundTokens,
-                                                  4 * kScanRoundTokens));
+      per_head - a.keep,
+      std::clamp<std::int64_t>(a.keep, 2 * kScanRoundTokens, 4 * kScanRoundTokens));
   if (slack < 2 * kScanRoundTokens)
     throw Error("fathom scan: top_k",
                 std::to_string(a.heads) + " query heads x keep " + std::to_string(a.keep) +

@@ -119,9 +119,8 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   // Each chunk hands keep candidates per head to the (serial per stream) final merge: give every
   // chunk at least 4 x keep tokens so that the merge never dominates at short contexts.
   const std::int64_t tile_tokens = static_cast<std::int64_t>(tile) * kBlockTokens;
-  const std::int64_t min_tiles =
-      std::max<std::int64_t>(1, (4 * static_cast<std::int64_t>(args.keep) + tile_tokens - 1) /
-                                    tile_tokens);
+  const std::int64_t min_tiles = std::max<std::int64_t>(
+      1, (4 * static_cast<std::int64_t>(args.keep) + tile_tokens - 1) / tile_tokens);
   ws.chunks = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(want, 1, std::max<std::int64_t>(1, tiles_max / min_tiles)));
   return ws;

@@ -62,6 +62,7 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
 
   DecodeEngine engine(model, config);
   m.gpu_bytes_per_request = engine.gpu_bytes_per_request();
+  m.workload_notes = engine.workload_notes();
   const bool wall_clock = backend_ == Backend::cpu;
   m.timing = wall_clock ? "cpu wall clock per step (CPU backend, not GPU figures)"
                         : "cuda events per step (DecodeEngine StepStats)";
@@ -155,7 +156,8 @@ void to_json(nlohmann::json& j, const PointMetrics& m) {
       {"policy_steps", m.policy_steps},
       {"gpu_bytes_per_request", m.gpu_bytes_per_request},
       {"planned_gpu_bytes_per_request", m.planned_gpu_bytes_per_request},
-      {"planned_host_bytes_per_request", m.planned_host_bytes_per_request}};
+      {"planned_host_bytes_per_request", m.planned_host_bytes_per_request},
+      {"workload_notes", m.workload_notes}};
 }
 
 }  // namespace hisparse

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -56,6 +57,7 @@ struct PointMetrics {
   std::size_t planned_gpu_bytes_per_request = 0;  ///< CapacityModel
   std::size_t planned_host_bytes_per_request = 0;
   std::int64_t admitted = 0;  ///< CapacityModel max concurrency for the budget
+  std::vector<std::string> workload_notes;  ///< e.g. what a replayed capture did not hold
 };
 
 void to_json(nlohmann::json& j, const PointMetrics& m);

@@ -65,8 +65,8 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
           auto depths = method_depths(methods[m], q, heads, d, data.variance, fixed);
           // Fixed channel sets are calibrated per method size.
           if (methods[m].method == ScanMethod::fixed_channels && methods[m].channels != 32) {
-            const auto own =
-                calibrate_fixed_channels(data.variance, data.calibration_queries, d, methods[m].channels);
+            const auto own = calibrate_fixed_channels(data.variance, data.calibration_queries, d,
+                                                      methods[m].channels);
             depths = method_depths(methods[m], q, heads, d, data.variance, own);
           }
           kf::PlaneScanArgs args;

@@ -248,9 +248,8 @@ SyntheticKeys make_synthetic_keys(const SyntheticKeySpec& spec) {
     }
     for (int j = 0; j < d; ++j) {
       const auto idx = static_cast<std::uint64_t>(i * d + j);
-      const double k =
-          bias[j] + sigma[j] * random_normal(key_seed, idx) + boost[i] * all_vec[j] +
-          planted[i] * head_vec[planted_head[i] * d + j];
+      const double k = bias[j] + sigma[j] * random_normal(key_seed, idx) + boost[i] * all_vec[j] +
+                       planted[i] * head_vec[planted_head[i] * d + j];
       out.keys[idx] = float_to_bf16(static_cast<float>(k));
       out.values[idx] = float_to_bf16(random_normal(value_seed, idx));
     }

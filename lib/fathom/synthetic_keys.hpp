@@ -46,19 +46,19 @@ struct SyntheticKeySpec {
   int calibration_tokens = 4096;
   int calibration_queries = 64;  ///< held-out query steps for offline calibration (fixed sets)
   // rope_qk_norm only:
-  double rope_base = 1e6;          ///< RoPE base (Qwen3)
-  double head_spread = 0.7;        ///< std of the per-head log amplitude of each pair
-  int bias_pairs = 4;              ///< lowest-frequency pairs with a slowly rotating key bias
-  double bias_scale = 3.0;         ///< bias magnitude in units of the pair's std
+  double rope_base = 1e6;    ///< RoPE base (Qwen3)
+  double head_spread = 0.7;  ///< std of the per-head log amplitude of each pair
+  int bias_pairs = 4;        ///< lowest-frequency pairs with a slowly rotating key bias
+  double bias_scale = 3.0;   ///< bias magnitude in units of the pair's std
 };
 
 struct SyntheticKeys {
   SyntheticKeySpec spec;
-  std::vector<std::uint16_t> keys;    ///< bf16 [tokens][channels]
-  std::vector<std::uint16_t> values;  ///< bf16 [tokens][channels]
-  std::vector<float> queries;         ///< [steps][heads][channels]
+  std::vector<std::uint16_t> keys;         ///< bf16 [tokens][channels]
+  std::vector<std::uint16_t> values;       ///< bf16 [tokens][channels]
+  std::vector<float> queries;              ///< [steps][heads][channels]
   std::vector<float> calibration_queries;  ///< held out: [calibration_queries][heads][channels]
-  std::vector<float> variance;        ///< calibration Var(k_j) [channels]
+  std::vector<float> variance;             ///< calibration Var(k_j) [channels]
 
   [[nodiscard]] const float* query(int step) const {
     return queries.data() + static_cast<std::size_t>(step) * spec.heads * spec.channels;

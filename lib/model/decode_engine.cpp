@@ -130,6 +130,7 @@ class DecodeEngine::Impl {
   int streams_ = 0;  ///< KV streams per layer
   std::unique_ptr<HotRowCache> hot_rows_;
   std::vector<std::vector<float>> last_attention_;  ///< per layer
+  [[nodiscard]] const KvWorkload& workload() const noexcept { return workload_; }
 
  private:
   void fill_context();
@@ -892,6 +893,10 @@ std::size_t DecodeEngine::gpu_bytes_per_request() const noexcept {
 }
 std::int64_t DecodeEngine::sequence_length() const noexcept {
   return impl_->seq_len_;
+}
+
+const std::vector<std::string>& DecodeEngine::workload_notes() const noexcept {
+  return impl_->workload().notes();
 }
 int DecodeEngine::hot_slots() const noexcept {
   return impl_->hot_slots_;

@@ -97,6 +97,8 @@ class DecodeEngine {
   [[nodiscard]] std::size_t gpu_bytes_per_request() const noexcept;
   /// Current sequence length of each request (context + steps run).
   [[nodiscard]] std::int64_t sequence_length() const noexcept;
+  /// Notes about the workload (e.g. values synthesised beside a replayed capture), for the results.
+  [[nodiscard]] const std::vector<std::string>& workload_notes() const noexcept;
   /// Hot-buffer slots per (stream, layer) in hisparse modes; 0 otherwise.
   [[nodiscard]] int hot_slots() const noexcept;
   /// Entries of one step's selection per stream: top_k (sparse-gpu, hisparse), sinks + recent +

@@ -143,9 +143,10 @@ TEST(FathomWorkload, CalibrationQueriesAreHeldOut) {
   ASSERT_EQ(data.calibration_queries.size(), 16 * row);
   for (std::size_t c = 0; c < 16; ++c)
     for (int s = 0; s < spec.steps; ++s)
-      EXPECT_FALSE(std::equal(data.calibration_queries.begin() + static_cast<std::ptrdiff_t>(c * row),
-                              data.calibration_queries.begin() + static_cast<std::ptrdiff_t>((c + 1) * row),
-                              data.query(s)))
+      EXPECT_FALSE(
+          std::equal(data.calibration_queries.begin() + static_cast<std::ptrdiff_t>(c * row),
+                     data.calibration_queries.begin() + static_cast<std::ptrdiff_t>((c + 1) * row),
+                     data.query(s)))
           << c << " " << s;
   // Drawing more calibration queries does not change the test data.
   spec.calibration_queries = 64;

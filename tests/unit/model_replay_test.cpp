@@ -1,6 +1,7 @@
 // KvWorkload's "replay" generator: small captured tensors with known values written to a temp
 // dir (.npy files and safetensors), served back exactly, and one clear Error per mismatch.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -410,6 +411,12 @@ TEST(ModelReplay, CommittedFixtureLoadsAndRunsThroughTheCli) {
   std::stringstream text;
   text << summary.rdbuf();
   EXPECT_NE(text.str().find("replayed workload"), std::string::npos) << text.str();
+  // What the capture lacked is recorded with every point.
+  std::ifstream results(out / "results.json");
+  const auto json = nlohmann::json::parse(results);
+  const auto& notes = json.at("points").at(0).at("metrics").at("workload_notes");
+  ASSERT_EQ(notes.size(), 3u) << notes.dump();
+  EXPECT_EQ(notes.at(2).get<std::string>(), "no values (v) captured: values are synthetic N(0, 1)");
   fs::remove_all(out);
 }
 

@@ -6,6 +6,7 @@ set -o pipefail
 out=${OUT:-/tmp/hotperf}
 mkdir -p "$out"
 filter=${1:-'^swap_in/pool_gb:16/batch:(1|64)/hot:4096/row:656/'}
+touch kernels/hotcache/* tools/hisparse-microbench/* tests/gpu/hotcache_swap_in_gpu_test.cpp
 cmake --preset cuda >"$out/configure.log" 2>&1 &&
   cmake --build --preset cuda -j16 --target hisparse-microbench gpu_hotcache_swap_in_gpu_test \
     >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
