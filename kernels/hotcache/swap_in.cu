@@ -1,15 +1,20 @@
 // CUDA swap-in in two kernels:
-//  resolve: one block per batch row. Shared-memory open-addressing hash of the selection (2 x top_k
-//           entries, each key with its first selection index and its slot), a scan of the slot
-//           table marks hits, block-wide ballot scans number the misses and the evictable slots in
-//           LRU order, and the new LRU order is built in shared memory. Writes a miss plan.
+//  resolve: one block per batch row. Each thread holds kResolveItems consecutive entries of each
+//           tile of the selection / slot table / LRU order (the first tile of each is loaded up
+//           front). Shared-memory open-addressing hash of the selection (2 x top_k entries, each
+//           key with its first selection index and its slot); hits mark a bit per slot; one
+//           block scan per tile numbers the misses (selection order) and the evictable slots
+//           (LRU order); the new LRU order is built in shared memory. Writes a miss plan, grouped
+//           by host address (512 buckets of the sequence) at large batch.
 //  copy:    a fixed grid (sized to the GPU, not to the misses, so the launch is graph-replayable)
-//           cuts every request's plan into chunks of R rows (R from the total miss count) and
-//           copies each chunk with several vector loads in flight per thread straight from mapped
-//           pinned memory. A chunk never spans two requests, so a block's loads stay within one
-//           request's host region (REFERENCE.md section 4: host address translation is the wall).
+//           cuts every request's plan into chunks of R rows and copies each chunk with several
+//           vector loads in flight per thread straight from mapped pinned memory. A chunk never
+//           spans two requests, so a block's loads stay within one request's host region
+//           (REFERENCE.md section 4: host address translation is the wall). At large batch the
+//           chunks are small and run in many waves, each over a band of requests.
 // The copy kernel is launched with programmatic dependent launch, so its launch overlaps the
-// resolve kernel; it waits on griddepcontrol before reading the plan.
+// resolve kernel; it waits on griddepcontrol before reading the plan. Tuning and the figures
+// behind it: swap_in_config.hpp, reports/hotcache_tuning.md.
 #include <cstdint>
 
 #include "core/cuda_check.hpp"
@@ -208,7 +213,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
   const auto newest = static_cast<std::int32_t>(seq_len - 1);
   const int sort_from = a.sort_misses_from >= 0
                             ? a.sort_misses_from
-                            : (a.batch >= cfg::kSortMinBatch ? cfg::kSortMissesFrom : 0);
+                            : (a.batch >= cfg::kLargeBatch ? cfg::kSortMissesFrom : 0);
   int shift = 0;  // bucket of a token: token >> shift < kSwapInBuckets
   while (((seq_len - 1) >> shift) >= kSwapInBuckets) ++shift;
 
@@ -580,14 +585,17 @@ void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 
-void launch_swap_in_copy(const SwapInArgs& a, cudaStream_t stream) {
-  if (a.batch <= 0 || a.top_k <= 0) return;
+void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream) {
+  if (args.batch <= 0 || args.top_k <= 0) return;
+  const bool large = args.batch >= cfg::kLargeBatch;
+  SwapInArgs a = args;
+  if (a.copy_rows_per_chunk < 0) a.copy_rows_per_chunk = large ? cfg::kCopyRowsPerChunkLarge : 0;
   int blocks = a.copy_blocks;
   if (blocks <= 0) {
     int device = 0, sms = 0;
     HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
     HISPARSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    blocks = sms * cfg::kCopyBlocksPerSm;
+    blocks = sms * (large ? cfg::kCopyGridPerSmLarge : cfg::kCopyBlocksPerSm);
   }
   switch (vector_width(a)) {
     case 16:

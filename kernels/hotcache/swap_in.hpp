@@ -68,12 +68,12 @@ struct SwapInArgs {
   int top_k = 0;
   int hot = 0;
   // Launch tuning (CUDA only; ignored by the twin).
-  int copy_blocks = 0;  ///< blocks of the copy kernel; 0: derived from the SM count
+  int copy_blocks = 0;  ///< blocks of the copy kernel; 0: from the SM count and the batch
   bool use_pdl = true;  ///< programmatic dependent launch of the copy kernel (sm_90+)
   /// A row with at least this many misses lists its plan grouped by host address (buckets of
   /// about seq_len / 512 tokens), so that a copy block walks one stretch of the host region; 0:
   /// never (plan in miss order, as the twin writes it).
-  int sort_misses_from = -1;    ///< -1: kSortMissesFrom at batch >= kSortMinBatch, else never
+  int sort_misses_from = -1;    ///< -1: kSortMissesFrom at batch >= kLargeBatch, else never
   int copy_rows_per_chunk = 0;  ///< rows per copy block and chunk; 0: fewest chunks in one wave
 };
 

@@ -11,15 +11,25 @@ inline constexpr int kResolveThreads = 1024;
 /// Entries of the selection / hot slots each resolve thread holds in registers per tile: the
 /// loads of a whole tile (kResolveThreads * kResolveItems entries) are in flight together.
 inline constexpr int kResolveItems = 4;
-/// Copy kernel: threads per block, 16-B loads in flight per thread, resident blocks per SM.
+/// Copy kernel: threads per block, 16-B loads in flight per thread, resident blocks per SM (the
+/// launch-bounds occupancy hint).
 inline constexpr int kCopyThreads = 128;
 inline constexpr int kCopyUnroll = 4;
 inline constexpr int kCopyBlocksPerSm = 8;
-/// By default a row's plan is grouped by host address when the call has at least kSortMinBatch
-/// rows and the row at least kSortMissesFrom misses: at batch 64-100 that took 5-18% off the copy
-/// (host page translation walks one stretch at a time); at batch 1 it only adds the bucket scan.
+
+/// Calls of at least kLargeBatch rows are bound by host page translation, not latency; for them
+/// (figures in reports/hotcache_tuning.md, batch 64 and 100 on the H200):
+///  - each row's plan is grouped by host address when it has at least kSortMissesFrom misses
+///    (batch 100 / 20%: 829 -> 717 us);
+///  - the copy grid is kCopyGridPerSmLarge blocks per SM (more than fit at once) and each chunk
+///    kCopyRowsPerChunkLarge rows, so the chunks run in many waves, each over a band of requests
+///    (batch 100 / 20%: 717 -> 629 us; batch 64 / 20%: 446 -> 409 us).
+/// Smaller calls are latency-bound: no grouping, kCopyBlocksPerSm blocks per SM, and the chunk
+/// size that gives every block at most one chunk.
+inline constexpr int kLargeBatch = 8;
 inline constexpr int kSortMissesFrom = 32;
-inline constexpr int kSortMinBatch = 8;
+inline constexpr int kCopyGridPerSmLarge = 16;
+inline constexpr int kCopyRowsPerChunkLarge = 4;
 /// Largest batch the copy kernel's shared-memory chunk prefix holds.
 inline constexpr int kMaxBatch = 4096;
 

@@ -36,7 +36,7 @@ struct Shape {
   bool use_pdl = true;
   int copy_blocks = 0;
   int sort_misses_from = -1;
-  int copy_rows_per_chunk = 0;
+  int copy_rows_per_chunk = -1;
 };
 
 std::string describe(const Shape& s) {
@@ -303,7 +303,9 @@ Shape random_shape(Rng& rng) {
   s.use_pdl = rng.below(4) != 0;
   s.copy_blocks = rng.below(3) == 0 ? 1 + static_cast<int>(rng.below(40)) : 0;
   s.sort_misses_from = static_cast<int>(rng.below(3)) - 1;  // library default, never, always
-  s.copy_rows_per_chunk = rng.below(4) == 0 ? 1 + static_cast<int>(rng.below(8)) : 0;
+  // A fixed chunk size, the one-wave size, or the library default.
+  s.copy_rows_per_chunk =
+      rng.below(4) == 0 ? 1 + static_cast<int>(rng.below(8)) : static_cast<int>(rng.below(2)) - 1;
   return s;
 }
 

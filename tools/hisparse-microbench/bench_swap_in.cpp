@@ -50,10 +50,10 @@ struct SwapInCase {
   std::size_t row_bytes;
   double miss_rate;
   Part part = Part::full;
-  int sort_misses_from = -1;    ///< SwapInArgs tuning; -1: the library default
-  int copy_blocks_per_sm = 0;   ///< 0: the library default
-  int copy_rows_per_chunk = 0;  ///< 0: the library default
-  bool flush_l2 = true;         ///< false: L2 (and the TLBs) keep what the previous call left
+  int sort_misses_from = -1;     ///< SwapInArgs tuning; -1: the library default
+  int copy_blocks_per_sm = 0;    ///< 0: the library default
+  int copy_rows_per_chunk = -1;  ///< -1: the library default
+  bool flush_l2 = true;          ///< false: L2 (and the TLBs) keep what the previous call left
   /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
   /// no real rows (every row only writes -1).
   enum class Path { long_seq, short_seq, padding } path = Path::long_seq;
