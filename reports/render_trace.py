@@ -2,7 +2,7 @@
 """Renders a hisparse trace.json (Chrome-trace / Perfetto JSON) as a static timeline PNG.
 
 A picture for the README and for machines without a browser; for real investigation open the
-trace at ui.perfetto.dev. Usage: render_trace.py trace.json out.png [--from-us A --to-us B]
+trace at ui.perfetto.dev. Usage: render_trace.py trace.json out.png [--from-us A --to-us B | --focus NAME --window-us W]
 Needs matplotlib. One row per track (host thread or CUDA stream), nested NVTX ranges stacked.
 """
 import argparse
@@ -24,6 +24,9 @@ def main():
     ap.add_argument("png")
     ap.add_argument("--from-us", type=float, default=None)
     ap.add_argument("--to-us", type=float, default=None)
+    ap.add_argument("--focus", default=None,
+                    help="zoom on the first slice whose name contains this text")
+    ap.add_argument("--window-us", type=float, default=200.0, help="width of the --focus window")
     ap.add_argument("--title", default="hisparse trace")
     args = ap.parse_args()
 
@@ -36,6 +39,12 @@ def main():
     slices = [e for e in events if e.get("ph") == "X"]
     if not slices:
         sys.exit("no complete events in " + args.trace)
+    if args.focus:
+        hits = sorted(e["ts"] for e in slices if args.focus in e["name"])
+        if not hits:
+            sys.exit(f"no slice named like '{args.focus}' in {args.trace}")
+        args.from_us = hits[0] - 0.1 * args.window_us
+        args.to_us = args.from_us + args.window_us
     t0 = args.from_us if args.from_us is not None else min(e["ts"] for e in slices)
     t1 = args.to_us if args.to_us is not None else max(e["ts"] + e.get("dur", 0) for e in slices)
     slices = [e for e in slices if e["ts"] + e.get("dur", 0) >= t0 and e["ts"] <= t1]

@@ -3,18 +3,18 @@
 //
 // Scenario keys (every key but `name` and `model` is optional; defaults in brackets):
 //
-//   name: quick                 # identifier used for the default output folder (letters, digits, .
-//   _ -) description: "..."          # free text, copied into the results model: tiny-dsa # preset
-//   name (scenarios/models/<name>.yaml) or path to a model YAML
-//                               # (relative to the scenario file); required unless swept
+//   name: quick                 # identifier, the default output folder (letters, digits, . _ -)
+//   description: "..."          # free text, copied into the results
+//   model: tiny-dsa             # preset name (scenarios/models/<name>.yaml) or path to a model
+//                               # YAML (relative to the scenario file); required unless swept
 //   backend: auto               # auto | cuda | cpu [auto]; --backend overrides it
 //   mode: dense                 # dense | sparse-gpu | hisparse | fathom | hisparse+fathom [dense]
 //   concurrency: 1              # requests decoded together (the batch), >= 1 [1]
 //   context_length: 4096        # tokens in each request's cache before the first step, >= 1 [4096]
 //   decode_steps: 8             # measured steps per sweep point, >= 1 [8]
 //   warmup_steps: 2             # unmeasured steps before them, >= 0 [2]
-//   top_k: 0                    # rows selected per step; 0 = the model's indexer top_k, else 2048
-//   [0] hot_buffer: 0               # HiSparse slots per request and layer; 0 = 2 * top_k [0]
+//   top_k: 0                    # rows selected per step; 0 = the indexer's top_k, else 2048 [0]
+//   hot_buffer: 0               # HiSparse slots per request and layer; 0 = 2 * top_k [0]
 //   budget_bits: 48             # Fathom plane bits per token and KV head, 0..4*head_dim [48]
 //   policy: lru                 # hot-buffer replacement: lru | fifo | random | belady [lru]
 //   workload:                   # synthetic keys/queries (hisparse::WorkloadSpec)

@@ -1,14 +1,17 @@
 // TraceFile: the trace.json of one run. A runner traces a few steps of every sweep point:
 //
-//   trace::TraceFile trace_file(out_dir / "trace.json");          // when --trace
+//   trace::TraceFile trace_file(out_dir / "trace.json");  // when --trace
 //   for (each point) {
 //     ... warm-up ...
-//     auto session = trace_file.begin(point_label);                // inactive + message if
-//     impossible for (int s = 0; s < trace_steps; ++s) { HISPARSE_PHASE_RANGE_PAYLOAD(Phase::step,
-//     s); engine.step(); } const auto steps = trace_file.end(*session);                 // appends
-//     the point, rewrites the file record.phase_ms = trace::mean_phase_ms(steps);                //
-//     GPU ms per phase per step
+//     auto session = trace_file.begin(point_label);  // inactive + message if impossible
+//     for (int s = 0; s < trace_steps; ++s) {
+//       HISPARSE_PHASE_RANGE_PAYLOAD(Phase::step, s);
+//       engine.step();
+//     }
+//     const auto steps = trace_file.end(*session);  // appends the point, rewrites the file
+//     record.phase_ms = trace::mean_phase_ms(steps);  // GPU ms per phase per step
 //   }
+
 #pragma once
 
 #include <filesystem>

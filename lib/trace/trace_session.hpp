@@ -1,18 +1,22 @@
 // TraceSession: collect a timeline of the GPU work of a few steps with CUPTI, RAII style.
 //
-//   hisparse::trace::prepare_nvtx_injection();   // top of main(), before any NVTX range, when
-//   --trace
+//   hisparse::trace::prepare_nvtx_injection();  // top of main() when --trace, before any NVTX
 //   ...
 //   trace::ChromeTraceWriter writer;
 //   for (each sweep point) {
 //     ... warm-up ...
 //     trace::TraceSession session({.label = point_label});
-//     if (!session.active()) print(session.message());      // e.g. Nsight owns CUPTI: no trace
-//     for (int s = 0; s < trace_steps; ++s) { HISPARSE_PHASE_RANGE_PAYLOAD(Phase::step, s);
-//     engine.step(); } trace::Timeline timeline(session.stop()); auto breakdown =
-//     trace::phase_breakdown(timeline);    // GPU ms per phase per step writer.add(timeline);
+//     if (!session.active()) print(session.message());  // e.g. Nsight owns CUPTI: no trace
+//     for (int s = 0; s < trace_steps; ++s) {
+//       HISPARSE_PHASE_RANGE_PAYLOAD(Phase::step, s);
+//       engine.step();
+//     }
+//     trace::Timeline timeline(session.stop());
+//     auto breakdown = trace::phase_breakdown(timeline);  // GPU ms per phase per step
+//     writer.add(timeline);
 //     writer.write(out_dir / "trace.json");
 //   }
+
 //
 // CUPTI's activity API is process-wide: one session at a time (a second one throws Error). When
 // another profiler (Nsight Systems, Nsight Compute) owns CUPTI, when the build has no CUDA
