@@ -12,15 +12,16 @@ namespace hisparse::fathom {
 namespace kf = kernels::fathom;
 
 std::string MethodSpec::name() const {
+  const char* basis = klt ? "klt-" : "";
   switch (method) {
     case ScanMethod::fathom:
-      return fmt::format("fathom-{}", budget);
+      return fmt::format("fathom-{}{}", basis, budget);
     case ScanMethod::full_scan:
-      return "full-4bit";
+      return fmt::format("full-{}4bit", basis);
     case ScanMethod::fixed_channels:
-      return fmt::format("fixed-{}ch", channels);
+      return fmt::format("fixed-{}{}ch", basis, channels);
     case ScanMethod::sparq:
-      return fmt::format("sparq-{}", channels);
+      return fmt::format("sparq-{}{}", basis, channels);
     case ScanMethod::oracle:
       return "oracle";
   }

@@ -23,8 +23,10 @@ struct MethodSpec {
   ScanMethod method = ScanMethod::fathom;
   int budget = 48;    ///< fathom: plane bits per token
   int channels = 32;  ///< fixed_channels / sparq: channels read at 4 bits
-  [[nodiscard]] std::string name()
-      const;  ///< "fathom-48", "full-4bit", "fixed-32ch", "sparq-16", "oracle"
+  bool klt = false;   ///< plan and scan in the keys' KLT basis (quality study; not the oracle)
+  /// "fathom-48", "full-4bit", "fixed-32ch", "sparq-16", "oracle"; with klt "fathom-klt-48",
+  /// "full-klt-4bit", "fixed-klt-32ch", "sparq-klt-16".
+  [[nodiscard]] std::string name() const;
 };
 
 /// Bits per token of a plan in the shared cost convention: planes plus 0.25 bit of scale per

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
 #include "fathom/selector.hpp"
 #include "kernels/fathom/plane_scan.hpp"
@@ -24,9 +26,52 @@ std::vector<MethodSpec> default_methods() {
   return m;
 }
 
+std::vector<MethodSpec> study_methods(const QualityConfig& config) {
+  auto methods = config.methods.empty() ? default_methods() : config.methods;
+  if (!config.klt) return methods;
+  const std::size_t given = methods.size();
+  for (std::size_t m = 0; m < given; ++m) {
+    MethodSpec twin = methods[m];
+    if (twin.klt ||
+        (twin.method != ScanMethod::fathom && twin.method != ScanMethod::fixed_channels))
+      continue;
+    twin.klt = true;
+    const bool present = std::any_of(methods.begin(), methods.end(),
+                                     [&](const MethodSpec& x) { return x.name() == twin.name(); });
+    if (!present) methods.push_back(twin);
+  }
+  return methods;
+}
+
+namespace {
+
+/// One KV head's data seen in a key basis: the plane store, the planner's variances and the
+/// calibration queries, all in that basis (plain channels, or the KLT eigenbasis).
+struct BasisView {
+  std::optional<PlaneStore> store;
+  std::vector<float> variance;
+  std::vector<float> calibration_queries;
+  std::vector<int> fixed32;  ///< calibrated 32-channel set
+};
+
+void fill_view(BasisView& view, const std::uint16_t* keys, std::int64_t n, int d,
+               std::vector<float> variance, std::vector<float> calibration_queries) {
+  view.store.emplace(Backend::cpu, PlaneLayoutKind::hbm, 1, d, n, "quality study planes");
+  view.store->append(0, 1, keys, d, 0, n);
+  view.variance = std::move(variance);
+  view.calibration_queries = std::move(calibration_queries);
+  // Offline calibration of the fixed channel set on held-out queries (never the test queries).
+  view.fixed32 = calibrate_fixed_channels(view.variance, view.calibration_queries, d, 32);
+}
+
+}  // namespace
+
 std::vector<QualityRow> quality_study(const QualityConfig& config) {
   HISPARSE_FUNC_RANGE();
-  const auto methods = config.methods.empty() ? default_methods() : config.methods;
+  const auto methods = study_methods(config);
+  const bool any_klt = std::any_of(methods.begin(), methods.end(), [](const MethodSpec& m) {
+    return m.klt && m.method != ScanMethod::oracle;
+  });
   std::vector<QualityRow> rows(methods.size());
   for (std::size_t m = 0; m < methods.size(); ++m)
     rows[m].method = methods[m], rows[m].name = methods[m].name();
@@ -38,11 +83,23 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
     const SyntheticKeys data = make_synthetic_keys(spec);
     const int d = spec.channels, heads = spec.heads;
     const std::int64_t n = spec.tokens;
-    PlaneStore store(Backend::cpu, PlaneLayoutKind::hbm, 1, d, n, "quality study planes");
-    store.append(0, 1, data.keys.data(), d, 0, n);
-    // Offline calibration of the fixed channel sets on held-out queries (never the test queries).
-    const std::vector<int> fixed =
-        calibrate_fixed_channels(data.variance, data.calibration_queries, d, 32);
+    BasisView plain, klt;
+    fill_view(plain, data.keys.data(), n, d, data.variance, data.calibration_queries);
+    std::optional<KltBasis> basis;
+    std::vector<float> q_klt;
+    if (any_klt) {
+      // KLT: calibrated on the same tokens as the channel variances; keys rotated before
+      // quantization, queries (test and calibration) rotated into the same basis.
+      basis = KltBasis::calibrate(data.keys.data(), n, d, spec.calibration_skip,
+                                  spec.calibration_tokens);
+      std::vector<std::uint16_t> rotated(data.keys.size());
+      basis->rotate_keys(data.keys.data(), rotated.data(), n);
+      std::vector<float> calibration(data.calibration_queries.size());
+      basis->rotate(data.calibration_queries.data(), calibration.data(),
+                    static_cast<std::int64_t>(calibration.size() / static_cast<std::size_t>(d)));
+      fill_view(klt, rotated.data(), n, d, basis->variances(), std::move(calibration));
+      q_klt.resize(static_cast<std::size_t>(heads) * d);
+    }
     std::vector<float> scores(static_cast<std::size_t>(n) * heads);
     std::vector<std::int32_t> oracle(
         static_cast<std::size_t>(config.sinks + config.recent + heads * keep));
@@ -50,6 +107,7 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
     std::vector<float> dense(static_cast<std::size_t>(heads) * d), approx(dense.size());
     for (int step = 0; step < spec.steps; ++step) {
       const float* q = data.query(step);
+      if (basis) basis->rotate(q, q_klt.data(), heads);
       exact_scores(q, heads, data.keys.data(), n, d, scores.data());
       const auto oracle_n = kf::select_from_scores_ref(scores.data(), heads, n, keep, config.sinks,
                                                        config.recent, oracle.data());
@@ -62,18 +120,21 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
           rows[m].bits_per_token += 16.0 * d;
           rows[m].active_channels += d;
         } else {
-          auto depths = method_depths(methods[m], q, heads, d, data.variance, fixed);
+          const BasisView& view = methods[m].klt ? klt : plain;
+          const float* qm = methods[m].klt ? q_klt.data() : q;
+          auto depths = method_depths(methods[m], qm, heads, d, view.variance, view.fixed32);
           // Fixed channel sets are calibrated per method size.
           if (methods[m].method == ScanMethod::fixed_channels && methods[m].channels != 32) {
-            const auto own = calibrate_fixed_channels(data.variance, data.calibration_queries, d,
+            const auto own = calibrate_fixed_channels(view.variance, view.calibration_queries, d,
                                                       methods[m].channels);
-            depths = method_depths(methods[m], q, heads, d, data.variance, own);
+            depths = method_depths(methods[m], qm, heads, d, view.variance, own);
           }
+          const PlaneStore& store = *view.store;
           kf::PlaneScanArgs args;
           args.words = store.words();
           args.scales = store.scales();
           args.layout = store.layout();
-          args.queries = q;
+          args.queries = qm;
           args.depths = depths.data();
           args.streams = 1;
           args.heads = heads;
@@ -127,10 +188,10 @@ std::string format_quality_table(const std::vector<QualityRow>& rows) {
   return out;
 }
 
-double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error) {
+double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error, bool klt) {
   std::vector<const QualityRow*> f;
   for (const auto& r : rows)
-    if (r.method.method == ScanMethod::fathom) f.push_back(&r);
+    if (r.method.method == ScanMethod::fathom && r.method.klt == klt) f.push_back(&r);
   if (f.empty()) return 0;
   std::sort(f.begin(), f.end(),
             [](auto a, auto b) { return a->bits_per_token < b->bits_per_token; });

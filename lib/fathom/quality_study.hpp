@@ -18,6 +18,9 @@ struct QualityConfig {
   int sinks = 4;
   int recent = 32;
   std::vector<MethodSpec> methods;  ///< empty: default_methods()
+  /// Also run every fathom and fixed-channel method in the keys' KLT basis (rows "fathom-klt-B",
+  /// "fixed-klt-32ch"): for models without QK-norm, whose key channels are correlated.
+  bool klt = false;
 };
 
 struct QualityRow {
@@ -35,8 +38,13 @@ struct QualityRow {
 [[nodiscard]] std::vector<QualityRow> quality_study(const QualityConfig& config);
 /// A Markdown table of the rows.
 [[nodiscard]] std::string format_quality_table(const std::vector<QualityRow>& rows);
-/// Bits Fathom needs to reach `error` (log-linear interpolation over the Fathom rows; the largest
-/// Fathom bits when no Fathom row reaches it, 0 when there is none).
-[[nodiscard]] double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error);
+/// The methods a config runs: config.methods (or default_methods()), then with config.klt the KLT
+/// twin of every fathom and fixed-channel method that is not one already.
+[[nodiscard]] std::vector<MethodSpec> study_methods(const QualityConfig& config);
+/// Bits Fathom needs to reach `error` (log-linear interpolation over the Fathom rows of the given
+/// basis, plain or KLT; the largest Fathom bits when no Fathom row reaches it, 0 when there is
+/// none).
+[[nodiscard]] double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error,
+                                          bool klt = false);
 
 }  // namespace hisparse::fathom

@@ -21,6 +21,13 @@ FathomSelector::FathomSelector(Backend backend, SelectorConfig config)
                 fmt::format("use top_k > {}", config_.sinks + config_.recent));
 }
 
+void FathomSelector::set_klt_bases(std::vector<KltBasis> bases) {
+  if (!config_.klt)
+    throw Error("fathom selector: klt", "KLT bases were given but the selector's klt option is off",
+                "set SelectorConfig::klt = true");
+  klt_bases_ = std::move(bases);
+}
+
 std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& store,
                                                               const float* queries, int heads,
                                                               const float* variances,
@@ -31,6 +38,31 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
   const int d = store.channels();
   const std::int32_t streams = store.streams();
   const auto q_count = static_cast<std::size_t>(streams) * heads * d;
+  // KLT: queries and variances in each stream's eigenbasis (host work: heads x d^2 per stream).
+  std::vector<float> rotated, eigen_variances;
+  if (config_.klt) {
+    if (klt_bases_.empty())
+      throw Error("fathom selector: klt", "KLT is on but no basis was given",
+                  "call set_klt_bases() with bases calibrated on this layer's keys");
+    const auto period = klt_bases_.size();
+    for (const auto& b : klt_bases_)
+      if (b.channels() != d)
+        throw Error("fathom selector: klt",
+                    fmt::format("a KLT basis has {} channels, the store {}", b.channels(), d),
+                    "calibrate the bases on keys of this head_dim");
+    rotated.resize(q_count);
+    const auto per_stream = static_cast<std::size_t>(heads) * d;
+    for (std::size_t s = 0; s < static_cast<std::size_t>(streams); ++s)
+      klt_bases_[s % period].rotate(queries + s * per_stream, rotated.data() + s * per_stream,
+                                    heads);
+    for (const auto& b : klt_bases_) {
+      const auto v = b.variances();
+      eigen_variances.insert(eigen_variances.end(), v.begin(), v.end());
+    }
+    queries = rotated.data();
+    variances = eigen_variances.data();
+    variance_period = static_cast<int>(period);
+  }
   auto q_dev = Buffer<float>::device(q_count, backend_, "fathom queries");
   auto var_dev = Buffer<float>::device(static_cast<std::size_t>(variance_period) * d, backend_,
                                        "fathom variances");

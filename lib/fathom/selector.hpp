@@ -1,6 +1,9 @@
 // FathomSelector: the per-step entry point an engine calls per (request, layer, KV head) group:
 // plan depths from the queries, scan the planes, select sinks + recent + top (k - 36) per query
 // head, unioned over the GQA group. Then exact attention over the selected rows.
+// With SelectorConfig::klt the store holds keys rotated into each stream's KLT basis
+// (KltBasis::rotate_keys before PlaneStore::append); select() rotates the queries into the same
+// basis and plans with the eigenvalues as variances.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +11,7 @@
 #include <vector>
 
 #include "fathom/depth_planner.hpp"
+#include "fathom/klt.hpp"
 #include "fathom/plane_scan.hpp"
 #include "fathom/plane_store.hpp"
 
@@ -17,7 +21,8 @@ struct SelectorConfig {
   int top_k = 512;
   int sinks = 4;
   int recent = 32;
-  int budget = 48;  ///< plane bits per token per KV head
+  int budget = 48;   ///< plane bits per token per KV head
+  bool klt = false;  ///< plan and scan in the KLT bases given to set_klt_bases()
   [[nodiscard]] int keep() const noexcept { return top_k - sinks - recent; }
 };
 
@@ -25,8 +30,14 @@ class FathomSelector {
  public:
   FathomSelector(Backend backend, SelectorConfig config);
 
+  /// KLT bases for config().klt: stream s uses bases[s % bases.size()] (one per KV head, like the
+  /// variances). The store must hold keys rotated by the same bases.
+  void set_klt_bases(std::vector<KltBasis> bases);
+
   /// Selects for every stream of `store`. `queries` [streams][heads][head_dim] and `variances`
   /// [variance_period][head_dim] are host memory. Returns per stream the ascending positions.
+  /// With config().klt, `queries` are unrotated, and `variances` / `variance_period` are unused
+  /// (the bases' eigenvalues are the variances).
   [[nodiscard]] std::vector<std::vector<std::int32_t>> select(const PlaneStore& store,
                                                               const float* queries, int heads,
                                                               const float* variances,
@@ -43,6 +54,7 @@ class FathomSelector {
   DepthPlanner planner_;
   PlaneScan scan_;
   std::vector<std::uint8_t> depths_host_;
+  std::vector<KltBasis> klt_bases_;
 };
 
 /// Exact scores q_h . k_i of bf16 keys [n][d] for queries [heads][d]: out[h * n + i].

@@ -77,6 +77,37 @@ struct QueryModel {
   }
 };
 
+/// Random orthogonal d x d matrix (row-major): Gram-Schmidt, applied twice, over the columns of
+/// a Gaussian matrix.
+std::vector<double> random_orthogonal(int d, std::uint64_t seed) {
+  Rng rng(seed);
+  const auto n = static_cast<std::size_t>(d);
+  std::vector<double> m(n * n);
+  for (auto& x : m) x = rng.normal();
+  for (std::size_t c = 0; c < n; ++c) {
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::size_t p = 0; p < c; ++p) {
+        double dot = 0;
+        for (std::size_t r = 0; r < n; ++r) dot += m[r * n + p] * m[r * n + c];
+        for (std::size_t r = 0; r < n; ++r) m[r * n + c] -= dot * m[r * n + p];
+      }
+    double norm = 0;
+    for (std::size_t r = 0; r < n; ++r) norm += m[r * n + c] * m[r * n + c];
+    norm = std::sqrt(norm);
+    for (std::size_t r = 0; r < n; ++r) m[r * n + c] /= norm;
+  }
+  return m;
+}
+
+/// y = M x for a row-major d x d matrix.
+void mix_into(const std::vector<double>& m, const double* x, double* y, int d) {
+  for (int r = 0; r < d; ++r) {
+    double acc = 0;
+    for (int c = 0; c < d; ++c) acc += m[static_cast<std::size_t>(r) * d + c] * x[c];
+    y[r] = acc;
+  }
+}
+
 QueryModel make_query_model(const SyntheticKeySpec& spec, Rng& rng) {
   QueryModel m;
   m.d = spec.channels;
@@ -226,6 +257,11 @@ SyntheticKeys make_synthetic_keys(const SyntheticKeySpec& spec) {
   for (std::int64_t age = 0; age < std::min<std::int64_t>(spec.recent_window, n); ++age)
     boost[n - 1 - age] += spec.recent_strength * std::exp(-static_cast<double>(age) / 64.0);
 
+  // correlated: keys and queries are mixed from the sources by one orthogonal matrix.
+  const bool mixed = spec.profile == KeyProfile::correlated;
+  const std::vector<double> mixing =
+      mixed ? random_orthogonal(d, splitmix64(spec.seed ^ 0x6d697865ull)) : std::vector<double>{};
+  std::vector<double> source(static_cast<std::size_t>(d)), key(source.size());
   out.keys.resize(static_cast<std::size_t>(n) * d);
   out.values.resize(static_cast<std::size_t>(n) * d);
   const std::uint64_t key_seed = splitmix64(spec.seed ^ 0x6b657973ull);
@@ -248,11 +284,25 @@ SyntheticKeys make_synthetic_keys(const SyntheticKeySpec& spec) {
     }
     for (int j = 0; j < d; ++j) {
       const auto idx = static_cast<std::uint64_t>(i * d + j);
-      const double k = bias[j] + sigma[j] * random_normal(key_seed, idx) + boost[i] * all_vec[j] +
-                       planted[i] * head_vec[planted_head[i] * d + j];
-      out.keys[idx] = float_to_bf16(static_cast<float>(k));
+      source[j] = bias[j] + sigma[j] * random_normal(key_seed, idx) + boost[i] * all_vec[j] +
+                  planted[i] * head_vec[planted_head[i] * d + j];
       out.values[idx] = float_to_bf16(random_normal(value_seed, idx));
     }
+    if (mixed) mix_into(mixing, source.data(), key.data(), d);
+    const std::vector<double>& k = mixed ? key : source;
+    for (int j = 0; j < d; ++j)
+      out.keys[static_cast<std::size_t>(i * d + j)] = float_to_bf16(static_cast<float>(k[j]));
+  }
+  if (mixed) {
+    const auto mix_rows = [&](std::vector<float>& rows) {
+      for (std::size_t r = 0; r + static_cast<std::size_t>(d) <= rows.size(); r += d) {
+        for (int j = 0; j < d; ++j) source[j] = rows[r + j];
+        mix_into(mixing, source.data(), key.data(), d);
+        for (int j = 0; j < d; ++j) rows[r + j] = static_cast<float>(key[j]);
+      }
+    };
+    mix_rows(out.queries);
+    mix_rows(out.calibration_queries);
   }
   out.variance =
       calibration_variance(out.keys.data(), n, d, spec.calibration_skip, spec.calibration_tokens);

@@ -13,6 +13,10 @@
 //    while a calibrated channel set can only see its average.
 //  - KeyProfile::independent: the wave-1 workload (independent channels, key variances uniform
 //    in log over key_spread_decades, query weights shared by the group, no rotation).
+//  - KeyProfile::correlated: a model without QK-norm. The independent workload is drawn as
+//    sources and mixed by a random orthogonal matrix M (keys k = M s, queries q = M q_s, so
+//    q.k = q_s.s): every channel then carries a blend of all sources, the channel variances are
+//    flat, and only the KLT basis (KltBasis) recovers the spread.
 // Calibration queries are held out: other content and other positions than the test queries.
 #pragma once
 
@@ -21,7 +25,7 @@
 
 namespace hisparse::fathom {
 
-enum class KeyProfile { rope_qk_norm, independent };
+enum class KeyProfile { rope_qk_norm, independent, correlated };
 
 struct SyntheticKeySpec {
   KeyProfile profile = KeyProfile::rope_qk_norm;
