@@ -2,17 +2,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <iterator>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "model/mode.hpp"
-#include "report/atomic_file.hpp"
-#include "report/tables.hpp"
+#include "report/results_file.hpp"
 
 #ifndef HISPARSE_GIT_REVISION
 #define HISPARSE_GIT_REVISION "unknown"
@@ -123,28 +124,11 @@ nlohmann::json ResultSet::to_json() const {
 
 std::vector<std::filesystem::path> ResultSet::write(const std::filesystem::path& dir,
                                                     const std::vector<std::string>& formats) const {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw Error(dir.string(), "cannot create the output folder (" + ec.message() + ")",
-                "choose a writable folder with --out DIR");
-  const nlohmann::json j = to_json();
-  std::vector<std::filesystem::path> written;
-  for (const auto& f : formats) {
-    std::filesystem::path path;
-    std::string content;
-    if (f == "json")
-      path = dir / "results.json", content = j.dump(2) + "\n";
-    else if (f == "csv")
-      path = dir / "results.csv", content = results_csv(j);
-    else if (f == "md")
-      path = dir / "summary.md", content = results_markdown(j);
-    else
-      continue;
-    write_file_atomically(path, content);
-    written.push_back(path);
-  }
-  return written;
+  // The HTML report is written once, at the end of a run, not by the result set.
+  std::vector<std::string> views;
+  std::copy_if(formats.begin(), formats.end(), std::back_inserter(views),
+               [](const std::string& f) { return f != "html"; });
+  return write_results_files(to_json(), dir, views);
 }
 
 }  // namespace hisparse

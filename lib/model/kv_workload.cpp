@@ -9,8 +9,8 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "kernels/indexer/indexer.hpp"
-#include "kernels/topk/topk.hpp"
 #include "model/replay_capture.hpp"
+#include "model/selection_quality.hpp"
 
 namespace hisparse {
 namespace {
@@ -291,14 +291,7 @@ std::vector<std::int32_t> KvWorkload::select(int request, int layer, std::int64_
     }
   }
   std::vector<std::int32_t> out(static_cast<std::size_t>(top_k));
-  kernels::TopkArgs t;
-  t.scores = scores.data();
-  t.lengths = &seq_len;
-  t.out = out.data();
-  t.rows = 1;
-  t.stride = seq_len;
-  t.k = top_k;
-  kernels::topk_ref(t);
+  top_k_positions(scores.data(), seq_len, top_k, out.data());
   return out;
 }
 

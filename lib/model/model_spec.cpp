@@ -176,6 +176,14 @@ const std::set<std::string> kMlaKeys{"heads",      "q_lora_rank",      "kv_lora_
                                      "v_head_dim", "qk_nope_head_dim", "qk_rope_head_dim"};
 const std::set<std::string> kGqaKeys{"q_heads", "kv_heads", "head_dim", "qk_norm"};
 
+/// RoPE rotates channel pairs, so every rotated width must be even.
+void require_even_rope_width(YamlMap& map, std::string_view key, int width, int example) {
+  if (width % 2 != 0)
+    throw Error(map.where(map.get(key), key),
+                fmt::format("must be even (RoPE rotates pairs), got {}", width),
+                fmt::format("use an even width such as {}", example));
+}
+
 void parse_attention(YamlMap& root, ModelSpec& m) {
   YamlMap a = root.child("attention", true);
   const std::string kind = a.choice(a.require("kind"), "kind", {"mla", "gqa"});
@@ -188,10 +196,7 @@ void parse_attention(YamlMap& root, ModelSpec& m) {
     m.mla.qk_rope_head_dim = a.positive_int("qk_rope_head_dim");
     m.mla.v_head_dim = a.positive_int("v_head_dim");
     a.check_unknown(kGqaKeys, "belongs to attention.kind gqa, not mla");
-    if (m.mla.qk_rope_head_dim % 2 != 0)
-      throw Error(a.where(a.get("qk_rope_head_dim"), "qk_rope_head_dim"),
-                  fmt::format("must be even (RoPE rotates pairs), got {}", m.mla.qk_rope_head_dim),
-                  "use an even width such as 64");
+    require_even_rope_width(a, "qk_rope_head_dim", m.mla.qk_rope_head_dim, 64);
   } else {
     m.attention = AttentionKind::gqa;
     m.gqa.q_heads = a.positive_int("q_heads");
@@ -205,10 +210,7 @@ void parse_attention(YamlMap& root, ModelSpec& m) {
           fmt::format("q_heads {} is not a multiple of kv_heads {}", m.gqa.q_heads, m.gqa.kv_heads),
           "make q_heads a multiple of kv_heads (each KV head serves q_heads / kv_heads "
           "query heads)");
-    if (m.gqa.head_dim % 2 != 0)
-      throw Error(a.where(a.get("head_dim"), "head_dim"),
-                  fmt::format("must be even (RoPE rotates pairs), got {}", m.gqa.head_dim),
-                  "use an even width such as 128");
+    require_even_rope_width(a, "head_dim", m.gqa.head_dim, 128);
   }
 }
 
@@ -225,10 +227,7 @@ void parse_indexer(YamlMap& root, ModelSpec& m) {
     throw Error(root.where(root.get("indexer"), "indexer"),
                 "a DSA indexer needs attention.kind mla (its queries come from the q_lora latent)",
                 "remove `indexer:` (sparse-gpu on a GQA model uses exact top-k) or use kind mla");
-  if (m.indexer.head_dim % 2 != 0)
-    throw Error(ix.where(ix.get("head_dim"), "head_dim"),
-                fmt::format("must be even (RoPE rotates pairs), got {}", m.indexer.head_dim),
-                "use an even width such as 128");
+  require_even_rope_width(ix, "head_dim", m.indexer.head_dim, 128);
 }
 
 void parse_ffn(YamlMap& root, ModelSpec& m) {

@@ -9,6 +9,17 @@
 
 namespace hisparse {
 
+void top_k_positions(const float* scores, std::int64_t n, int k, std::int32_t* out) {
+  kernels::TopkArgs a;
+  a.scores = scores;
+  a.lengths = &n;
+  a.out = out;
+  a.rows = 1;
+  a.stride = n;
+  a.k = k;
+  kernels::topk_ref(a);
+}
+
 double selection_recall(const SelectionRecallArgs& a) {
   const std::int64_t n = std::min(a.seq_len, a.capacity);
   const int k = static_cast<int>(std::min<std::int64_t>(a.top_k, n));
@@ -30,14 +41,7 @@ double selection_recall(const SelectionRecallArgs& a) {
         for (int c = 0; c < a.dim; ++c) dot += q[c] * rows[t * stride + c];
         scores[static_cast<std::size_t>(t)] = dot;
       }
-      kernels::TopkArgs tk;
-      tk.scores = scores.data();
-      tk.lengths = &n;
-      tk.out = exact.data();
-      tk.rows = 1;
-      tk.stride = n;
-      tk.k = k;
-      kernels::topk_ref(tk);
+      top_k_positions(scores.data(), n, k, exact.data());
       std::fill(chosen.begin(), chosen.end(), char{0});
       const int sel = a.groups == 1 ? 0 : g;
       const std::int32_t* s =

@@ -25,6 +25,10 @@ struct SelectionRecallArgs {
   int top_k = 0;  ///< size of the exact set (capped at seq_len)
 };
 
+/// The positions of the k largest of scores[0 .. n) into out[0 .. k): kernels::topk_ref on one row
+/// (increasing positions, ties to the lower one, -1 for each missing entry when n < k).
+void top_k_positions(const float* scores, std::int64_t n, int k, std::int32_t* out);
+
 /// Mean over (request, query head) of |S ∩ E_h| / |E_h|, where E_h is the head's exact top-k by
 /// the logit q_h . k_t (ties to the lower position, as kernels::topk_ref) and S the selection of
 /// the head's group. A selection larger than top_k is not penalised.

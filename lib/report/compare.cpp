@@ -7,16 +7,13 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "report/json_lookup.hpp"
 
 namespace hisparse {
 namespace {
 
+using json_lookup::at;
 using nlohmann::json;
-
-const json& at(const json& j, const char* key) {
-  static const json null_value;
-  return j.is_object() && j.contains(key) ? j.at(key) : null_value;
-}
 
 std::string text_of(const json& v) {
   if (v.is_null()) return "";

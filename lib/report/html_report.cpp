@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "report/json_lookup.hpp"
 #include "report/svg.hpp"
 #include "report/tables.hpp"
 #include "trace/nvtx.hpp"
@@ -15,12 +16,8 @@
 namespace hisparse {
 namespace {
 
+using json_lookup::at;
 using nlohmann::json;
-
-const json& at(const json& j, const char* key) {
-  static const json null_value;
-  return j.is_object() && j.contains(key) ? j.at(key) : null_value;
-}
 
 std::string text_of(const json& v) {
   if (v.is_null()) return "";
@@ -126,6 +123,18 @@ bool wide_range(const std::vector<svg::Series>& series) {
   return hi >= 4 * lo;
 }
 
+/// A chart of `series`, on a log2 x axis when x spans a wide range.
+svg::XYChart line_chart(std::string title, std::string x_label, std::string y_label,
+                        std::vector<svg::Series> series) {
+  svg::XYChart chart;
+  chart.title = std::move(title);
+  chart.x_label = std::move(x_label);
+  chart.y_label = std::move(y_label);
+  chart.series = std::move(series);
+  chart.log2_x = wide_range(chart.series);
+  return chart;
+}
+
 struct Figure {
   std::string id;
   std::string svg;  ///< empty: not drawn
@@ -144,12 +153,8 @@ Figure throughput_figure(const Points& pts, const std::string& unit) {
   for (const auto& p : pts.ok())
     b.add(pts.label(p, keys), number(at(at(p, "config"), "concurrency")),
           number(at(at(p, "metrics"), "output_tokens_per_s")));
-  svg::XYChart chart;
-  chart.title = "Throughput vs concurrency";
-  chart.x_label = "concurrency (requests)";
-  chart.y_label = "output tokens/s";
-  chart.series = b.take();
-  chart.log2_x = wide_range(chart.series);
+  const svg::XYChart chart = line_chart("Throughput vs concurrency", "concurrency (requests)",
+                                        "output tokens/s", b.take());
   if (pts.ok().empty()) {
     f.note = "Throughput vs concurrency: no successful points.";
     return f;
@@ -191,12 +196,9 @@ Figure speedup_figure(const Points& pts, const std::string& baseline) {
   for (const auto& p : others)
     b.add(pts.label(p, keys), number(at(at(p, "config"), "concurrency")),
           number(at(at(p, "metrics"), "output_tokens_per_s")) / base.at(key(p)));
-  svg::XYChart chart;
-  chart.title = fmt::format("Speedup over {}", baseline);
-  chart.x_label = "concurrency (requests)";
-  chart.y_label = fmt::format("tokens/s relative to {}", baseline);
-  chart.series = b.take();
-  chart.log2_x = wide_range(chart.series);
+  svg::XYChart chart =
+      line_chart(fmt::format("Speedup over {}", baseline), "concurrency (requests)",
+                 fmt::format("tokens/s relative to {}", baseline), b.take());
   chart.reference_y = 1.0;
   chart.reference_label = baseline;
   f.svg = svg::render(chart);
@@ -274,12 +276,9 @@ Figure hit_rate_figure(const Points& pts) {
   for (const auto& p : with)
     b.add(pts.label(p, keys), number(at(at(p, "config"), "hot_buffer")),
           100.0 * number(at(at(p, "metrics"), "hit_rate")));
-  svg::XYChart chart;
-  chart.title = "Hot-buffer hit rate vs hot-buffer size";
-  chart.x_label = "hot buffer (slots per request and layer)";
-  chart.y_label = "hit rate (%)";
-  chart.series = b.take();
-  chart.log2_x = wide_range(chart.series);
+  const svg::XYChart chart =
+      line_chart("Hot-buffer hit rate vs hot-buffer size",
+                 "hot buffer (slots per request and layer)", "hit rate (%)", b.take());
   f.svg = svg::render(chart);
   f.caption = "Share of selected rows found in the GPU hot buffer over the measured steps";
   return f;

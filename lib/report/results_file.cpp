@@ -11,19 +11,13 @@
 #include "core/error.hpp"
 #include "report/atomic_file.hpp"
 #include "report/html_report.hpp"
+#include "report/json_lookup.hpp"
 #include "report/tables.hpp"
 
 namespace hisparse {
-namespace {
 
+using json_lookup::at;
 using nlohmann::json;
-
-const json& member(const json& j, const char* key) {
-  static const json null_value;
-  return j.is_object() && j.contains(key) ? j.at(key) : null_value;
-}
-
-}  // namespace
 
 json load_results(const std::filesystem::path& path) {
   const std::string where = path.string();
@@ -43,8 +37,8 @@ json load_results(const std::filesystem::path& path) {
     if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
     throw Error(where, fmt::format("not valid JSON ({})", why), fix);
   }
-  const json& version = member(doc, "schema_version");
-  if (!doc.is_object() || !version.is_number_integer() || !member(doc, "points").is_array())
+  const json& version = at(doc, "schema_version");
+  if (!doc.is_object() || !version.is_number_integer() || !at(doc, "points").is_array())
     throw Error(where, "not a hisparse-bench results file (no schema_version and points)", fix);
   if (version.get<int>() != kResultsSchemaVersion)
     throw Error(where,
@@ -87,36 +81,35 @@ json merge_results(const std::vector<json>& documents, const std::vector<std::st
   if (documents.size() == 1) return documents.front();
   json merged = json::object();
   merged["schema_version"] =
-      documents.empty() ? json(kResultsSchemaVersion) : member(documents.front(), "schema_version");
-  merged["metadata"] = documents.empty() ? json::object() : member(documents.front(), "metadata");
-  merged["scenario"] = documents.empty() ? json::object() : member(documents.front(), "scenario");
+      documents.empty() ? json(kResultsSchemaVersion) : at(documents.front(), "schema_version");
+  merged["metadata"] = documents.empty() ? json::object() : at(documents.front(), "metadata");
+  merged["scenario"] = documents.empty() ? json::object() : at(documents.front(), "scenario");
   merged["sources"] = json::array();
   merged["points"] = json::array();
   std::size_t planned = 0, recorded = 0, failed = 0;
   bool complete = true;
   for (std::size_t i = 0; i < documents.size(); ++i) {
     const json& d = documents[i];
-    const json& meta = member(d, "metadata");
+    const json& meta = at(d, "metadata");
     merged["sources"].push_back(
         {{"label", i < labels.size() ? labels[i] : fmt::format("run {}", i + 1)},
-         {"scenario", member(member(d, "scenario"), "name")},
-         {"backend", member(meta, "backend")},
-         {"device", member(member(meta, "device"), "name")},
-         {"git_revision", member(meta, "git_revision")},
-         {"start_time", member(meta, "start_time")},
-         {"synthetic", member(meta, "synthetic")}});
-    for (json p : member(d, "points")) {
+         {"scenario", at(at(d, "scenario"), "name")},
+         {"backend", at(meta, "backend")},
+         {"device", at(at(meta, "device"), "name")},
+         {"git_revision", at(meta, "git_revision")},
+         {"start_time", at(meta, "start_time")},
+         {"synthetic", at(meta, "synthetic")}});
+    for (json p : at(d, "points")) {
       p["source"] = i;
       p["index"] = merged["points"].size();
-      if (member(p, "status") != json("ok")) ++failed;
+      if (at(p, "status") != json("ok")) ++failed;
       merged["points"].push_back(std::move(p));
       ++recorded;
     }
-    const json& summary = member(d, "summary");
-    planned += member(summary, "planned").is_number()
-                   ? member(summary, "planned").get<std::size_t>()
-                   : member(d, "points").size();
-    complete = complete && member(summary, "complete") != json(false);
+    const json& summary = at(d, "summary");
+    planned += at(summary, "planned").is_number() ? at(summary, "planned").get<std::size_t>()
+                                                  : at(d, "points").size();
+    complete = complete && at(summary, "complete") != json(false);
   }
   merged["summary"] = {{"planned", planned},
                        {"recorded", recorded},

@@ -6,15 +6,13 @@
 
 #include <fmt/format.h>
 
+#include "report/json_lookup.hpp"
+
 namespace hisparse {
 namespace {
 
+using json_lookup::at;
 using nlohmann::json;
-
-const json& at(const json& j, const char* key) {
-  static const json null_value;
-  return j.is_object() && j.contains(key) ? j.at(key) : null_value;
-}
 
 /// Numbers with up to 6 significant digits, integers as integers, null as empty.
 std::string cell(const json& v) {

@@ -103,6 +103,18 @@ std::string strip_version(const char* name) {
   return s;
 }
 
+/// The fields CUPTI's kernel, memcpy and memset activities share, copied into our record.
+template <class Record, class Activity>
+void copy_stream_fields(Record& r, const Activity& a) {
+  r.start = a.start;
+  r.end = a.end;
+  r.device = a.deviceId;
+  r.context = a.contextId;
+  r.stream = a.streamId;
+  r.correlation = a.correlationId;
+  r.graph_id = a.graphId;
+}
+
 }  // namespace
 
 struct CuptiCollector::State {
@@ -113,6 +125,8 @@ struct CuptiCollector::State {
   std::vector<CUpti_ActivityKind> enabled;
 
   void consume(std::uint8_t* buffer, std::size_t valid);
+  /// Disables the enabled kinds, flushes CUPTI's buffers into `records` and detaches the session.
+  void finish();
 };
 
 namespace {
@@ -163,12 +177,7 @@ void CuptiCollector::State::consume(std::uint8_t* buffer, std::size_t valid) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         KernelRecord r;
-        r.start = k->start;
-        r.end = k->end;
-        r.device = k->deviceId;
-        r.context = k->contextId;
-        r.stream = k->streamId;
-        r.correlation = k->correlationId;
+        copy_stream_fields(r, *k);
         r.name = k->name ? k->name : "";
         r.grid = {k->gridX, k->gridY, k->gridZ};
         r.block = {k->blockX, k->blockY, k->blockZ};
@@ -176,40 +185,27 @@ void CuptiCollector::State::consume(std::uint8_t* buffer, std::size_t valid) {
         r.static_shared_bytes = k->staticSharedMemory;
         r.dynamic_shared_bytes = k->dynamicSharedMemory;
         r.local_bytes_per_thread = k->localMemoryPerThread;
-        r.graph_id = k->graphId;
         records.kernels.push_back(std::move(r));
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
         MemcpyRecord r;
-        r.start = m->start;
-        r.end = m->end;
-        r.device = m->deviceId;
-        r.context = m->contextId;
-        r.stream = m->streamId;
-        r.correlation = m->correlationId;
+        copy_stream_fields(r, *m);
         r.bytes = m->bytes;
         r.kind = copy_kind(m->copyKind);
         r.src = memory_space(m->srcKind);
         r.dst = memory_space(m->dstKind);
-        r.graph_id = m->graphId;
         records.memcpys.push_back(r);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
         MemsetRecord r;
-        r.start = m->start;
-        r.end = m->end;
-        r.device = m->deviceId;
-        r.context = m->contextId;
-        r.stream = m->streamId;
-        r.correlation = m->correlationId;
+        copy_stream_fields(r, *m);
         r.bytes = m->bytes;
         r.value = m->value;
         r.memory = memory_space(m->memoryKind);
-        r.graph_id = m->graphId;
         records.memsets.push_back(r);
         break;
       }
@@ -327,6 +323,13 @@ void CuptiCollector::State::consume(std::uint8_t* buffer, std::size_t valid) {
   }
 }
 
+void CuptiCollector::State::finish() {
+  for (auto k : enabled) cuptiActivityDisable(k);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard lock(g_active_mutex);
+  g_active = nullptr;
+}
+
 std::string cupti_library_path() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&cuptiGetTimestamp), &info) == 0 || info.dli_fname == nullptr)
@@ -373,10 +376,7 @@ std::unique_ptr<CuptiCollector> CuptiCollector::start(const TraceOptions& option
     g_active = state.get();
   }
   auto fail = [&](const std::string& text) -> std::unique_ptr<CuptiCollector> {
-    for (auto k : state->enabled) cuptiActivityDisable(k);
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    std::lock_guard lock(g_active_mutex);
-    g_active = nullptr;
+    state->finish();
     why = text;
     return nullptr;
   };
@@ -430,12 +430,7 @@ TraceRecords CuptiCollector::stop() {
   // Everything launched so far must finish before its records can be flushed.
   const cudaError_t sync = cudaDeviceSynchronize();
   state_->records.clock.push_back(sample_clocks());
-  for (auto k : state_->enabled) cuptiActivityDisable(k);
-  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  {
-    std::lock_guard lock(g_active_mutex);
-    g_active = nullptr;
-  }
+  state_->finish();
   TraceRecords out;
   {
     std::lock_guard lock(state_->mutex);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <charconv>
 #include <fstream>
 #include <functional>
@@ -13,80 +14,75 @@
 
 namespace hisparse::trace {
 
+namespace {
+
+/// An enumerator and its name in the text format and in trace labels.
+template <class E>
+struct Named {
+  E value;
+  const char* name;
+};
+
+// Every enumerator, in declaration order (the order "use one of" lists them in).
+constexpr std::array<Named<CopyKind>, 11> copy_kinds{{{CopyKind::unknown, "unknown"},
+                                                      {CopyKind::htod, "HtoD"},
+                                                      {CopyKind::dtoh, "DtoH"},
+                                                      {CopyKind::htoa, "HtoA"},
+                                                      {CopyKind::atoh, "AtoH"},
+                                                      {CopyKind::atoa, "AtoA"},
+                                                      {CopyKind::atod, "AtoD"},
+                                                      {CopyKind::dtoa, "DtoA"},
+                                                      {CopyKind::dtod, "DtoD"},
+                                                      {CopyKind::htoh, "HtoH"},
+                                                      {CopyKind::ptop, "PtoP"}}};
+constexpr std::array<Named<MemorySpace>, 8> memory_spaces{
+    {{MemorySpace::unknown, "unknown"},
+     {MemorySpace::pageable, "pageable"},
+     {MemorySpace::pinned, "pinned"},
+     {MemorySpace::device, "device"},
+     {MemorySpace::array, "array"},
+     {MemorySpace::managed, "managed"},
+     {MemorySpace::device_static, "device_static"},
+     {MemorySpace::managed_static, "managed_static"}}};
+constexpr std::array<Named<MarkerKind>, 3> marker_kinds{
+    {{MarkerKind::start, "start"}, {MarkerKind::end, "end"}, {MarkerKind::instant, "instant"}}};
+constexpr std::array<Named<EnvironmentKind>, 4> environment_kinds{
+    {{EnvironmentKind::speed, "speed"},
+     {EnvironmentKind::temperature, "temperature"},
+     {EnvironmentKind::power, "power"},
+     {EnvironmentKind::cooling, "cooling"}}};
+
+/// Entry i names the enumerator of value i (name_of() indexes the table).
+template <class E, std::size_t N>
+constexpr bool in_value_order(const std::array<Named<E>, N>& table) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (static_cast<std::size_t>(table[i].value) != i) return false;
+  return true;
+}
+static_assert(in_value_order(copy_kinds));
+static_assert(in_value_order(memory_spaces));
+static_assert(in_value_order(marker_kinds));
+static_assert(in_value_order(environment_kinds));
+
+template <class E, std::size_t N>
+const char* name_in(const std::array<Named<E>, N>& table, E value, const char* fallback) {
+  const auto i = static_cast<std::size_t>(value);
+  return i < N ? table[i].name : fallback;
+}
+
+}  // namespace
+
 const char* name_of(CopyKind k) noexcept {
-  switch (k) {
-    case CopyKind::unknown:
-      return "unknown";
-    case CopyKind::htod:
-      return "HtoD";
-    case CopyKind::dtoh:
-      return "DtoH";
-    case CopyKind::htoa:
-      return "HtoA";
-    case CopyKind::atoh:
-      return "AtoH";
-    case CopyKind::atoa:
-      return "AtoA";
-    case CopyKind::atod:
-      return "AtoD";
-    case CopyKind::dtoa:
-      return "DtoA";
-    case CopyKind::dtod:
-      return "DtoD";
-    case CopyKind::htoh:
-      return "HtoH";
-    case CopyKind::ptop:
-      return "PtoP";
-  }
-  return "unknown";
+  return name_in(copy_kinds, k, "unknown");
 }
-
 const char* name_of(MemorySpace m) noexcept {
-  switch (m) {
-    case MemorySpace::unknown:
-      return "unknown";
-    case MemorySpace::pageable:
-      return "pageable";
-    case MemorySpace::pinned:
-      return "pinned";
-    case MemorySpace::device:
-      return "device";
-    case MemorySpace::array:
-      return "array";
-    case MemorySpace::managed:
-      return "managed";
-    case MemorySpace::device_static:
-      return "device_static";
-    case MemorySpace::managed_static:
-      return "managed_static";
-  }
-  return "unknown";
+  return name_in(memory_spaces, m, "unknown");
 }
-
 const char* name_of(MarkerKind k) noexcept {
-  switch (k) {
-    case MarkerKind::start:
-      return "start";
-    case MarkerKind::end:
-      return "end";
-    case MarkerKind::instant:
-      return "instant";
-  }
-  return "instant";
+  return name_in(marker_kinds, k, "instant");
 }
-
 const char* name_of(EnvironmentKind k) noexcept {
-  switch (k) {
-    case EnvironmentKind::speed:
-      return "speed";
-    case EnvironmentKind::temperature:
-      return "temperature";
-    case EnvironmentKind::power:
-      return "power";
-    case EnvironmentKind::cooling:
-      return "cooling";
-  }
-  return "speed";
+  return name_in(environment_kinds, k, "speed");
 }
 
 namespace {
@@ -105,12 +101,12 @@ struct Where {
 
 template <class E, std::size_t N>
 E parse_enum(std::string_view v, const Where& w, std::string_view key,
-             const std::array<E, N>& all) {
+             const std::array<Named<E>, N>& all) {
   std::string names;
-  for (E e : all) {
-    if (v == name_of(e)) return e;
+  for (const auto& [e, name] : all) {
+    if (v == name) return e;
     names += names.empty() ? "" : ", ";
-    names += name_of(e);
+    names += name;
   }
   throw Error(w.at(key), fmt::format("unknown value '{}'", v),
               fmt::format("use one of: {}", names));
@@ -190,7 +186,7 @@ Field bind(const char* key, T& member) {
 }
 
 template <class E, std::size_t N>
-Field bind_enum(const char* key, E& member, const std::array<E, N>& all) {
+Field bind_enum(const char* key, E& member, const std::array<Named<E>, N>& all) {
   return {key,
           [&member, key, all](std::string_view v, const Where& w) {
             member = parse_enum(v, w, key, all);
@@ -205,18 +201,6 @@ Field bind_hex(const char* key, std::uint32_t& member) {
           },
           [&member](std::string& out) { out += fmt::format("0x{:08x}", member); }};
 }
-
-constexpr std::array all_copy_kinds{CopyKind::unknown, CopyKind::htod, CopyKind::dtoh,
-                                    CopyKind::htoa,    CopyKind::atoh, CopyKind::atoa,
-                                    CopyKind::atod,    CopyKind::dtoa, CopyKind::dtod,
-                                    CopyKind::htoh,    CopyKind::ptop};
-constexpr std::array all_spaces{MemorySpace::unknown,       MemorySpace::pageable,
-                                MemorySpace::pinned,        MemorySpace::device,
-                                MemorySpace::array,         MemorySpace::managed,
-                                MemorySpace::device_static, MemorySpace::managed_static};
-constexpr std::array all_marker_kinds{MarkerKind::start, MarkerKind::end, MarkerKind::instant};
-constexpr std::array all_env_kinds{EnvironmentKind::speed, EnvironmentKind::temperature,
-                                   EnvironmentKind::power, EnvironmentKind::cooling};
 
 std::vector<Field> fields(KernelRecord& r) {
   return {bind("start", r.start),
@@ -242,9 +226,9 @@ std::vector<Field> fields(MemcpyRecord& r) {
           bind("stream", r.stream),
           bind("corr", r.correlation),
           bind("bytes", r.bytes),
-          bind_enum("kind", r.kind, all_copy_kinds),
-          bind_enum("src", r.src, all_spaces),
-          bind_enum("dst", r.dst, all_spaces),
+          bind_enum("kind", r.kind, copy_kinds),
+          bind_enum("src", r.src, memory_spaces),
+          bind_enum("dst", r.dst, memory_spaces),
           bind("graph", r.graph_id)};
 }
 std::vector<Field> fields(MemsetRecord& r) {
@@ -256,7 +240,7 @@ std::vector<Field> fields(MemsetRecord& r) {
           bind("corr", r.correlation),
           bind("bytes", r.bytes),
           bind("value", r.value),
-          bind_enum("memory", r.memory, all_spaces),
+          bind_enum("memory", r.memory, memory_spaces),
           bind("graph", r.graph_id)};
 }
 std::vector<Field> fields(RuntimeApiRecord& r) {
@@ -265,7 +249,7 @@ std::vector<Field> fields(RuntimeApiRecord& r) {
           bind("name", r.name),   bind("ret", r.return_value)};
 }
 std::vector<Field> fields(NvtxMarkerRecord& r) {
-  return {bind_enum("kind", r.kind, all_marker_kinds),
+  return {bind_enum("kind", r.kind, marker_kinds),
           bind("ts", r.timestamp),
           bind("id", r.id),
           bind("pid", r.process),
@@ -291,7 +275,7 @@ std::vector<Field> fields(DeviceRecord& r) {
 std::vector<Field> fields(EnvironmentRecord& r) {
   return {bind("device", r.device),
           bind("ts", r.timestamp),
-          bind_enum("kind", r.kind, all_env_kinds),
+          bind_enum("kind", r.kind, environment_kinds),
           bind("sm_mhz", r.sm_clock_mhz),
           bind("mem_mhz", r.memory_clock_mhz),
           bind("temp_c", r.temperature_c),
@@ -379,6 +363,21 @@ void parse_into(std::vector<R>& out, Tokenizer& tok, const Where& w) {
   out.push_back(std::move(r));
 }
 
+/// Calls f(type, list) for each record list of `r` (TraceRecords, const or not), in the order
+/// the text format writes them.
+template <class Records, class F>
+void for_each_record_list(Records& r, F&& f) {
+  f("clock", r.clock);
+  f("device", r.devices);
+  f("env", r.environment);
+  f("api", r.runtime_calls);
+  f("kernel", r.kernels);
+  f("memcpy", r.memcpys);
+  f("memset", r.memsets);
+  f("marker", r.markers);
+  f("markerdata", r.marker_data);
+}
+
 template <class R>
 void print_records(std::string& out, const char* type, const std::vector<R>& records) {
   for (const R& record : records) {
@@ -427,29 +426,21 @@ TraceRecords parse_records_text(std::string_view text, const std::string& source
       parse_fields({bind("text", r.label)}, tok, w);
     } else if (type == "stats") {
       parse_fields({bind("dropped", r.dropped_records), bind("buffers", r.buffers)}, tok, w);
-    } else if (type == "clock") {
-      parse_into(r.clock, tok, w);
-    } else if (type == "kernel") {
-      parse_into(r.kernels, tok, w);
-    } else if (type == "memcpy") {
-      parse_into(r.memcpys, tok, w);
-    } else if (type == "memset") {
-      parse_into(r.memsets, tok, w);
-    } else if (type == "api") {
-      parse_into(r.runtime_calls, tok, w);
-    } else if (type == "marker") {
-      parse_into(r.markers, tok, w);
-    } else if (type == "markerdata") {
-      parse_into(r.marker_data, tok, w);
-    } else if (type == "device") {
-      parse_into(r.devices, tok, w);
-    } else if (type == "env") {
-      parse_into(r.environment, tok, w);
     } else {
-      throw Error(fmt::format("{}:{}", source, line_no),
-                  fmt::format("unknown record type '{}'", type),
-                  "use one of: label, stats, clock, device, env, api, kernel, memcpy, memset, "
-                  "marker, markerdata");
+      bool known = false;
+      for_each_record_list(r, [&](const char* name, auto& list) {
+        if (!known && type == name) {
+          parse_into(list, tok, w);
+          known = true;
+        }
+      });
+      if (!known) {
+        std::string types = "label, stats";
+        for_each_record_list(
+            r, [&](const char* name, const auto&) { types += ", " + std::string(name); });
+        throw Error(fmt::format("{}:{}", source, line_no),
+                    fmt::format("unknown record type '{}'", type), "use one of: " + types);
+      }
     }
   }
   if (!header)
@@ -473,15 +464,8 @@ std::string records_to_text(const TraceRecords& r) {
   out += "label text=";
   append_quoted(out, r.label);
   out += fmt::format("\nstats dropped={} buffers={}\n", r.dropped_records, r.buffers);
-  print_records(out, "clock", r.clock);
-  print_records(out, "device", r.devices);
-  print_records(out, "env", r.environment);
-  print_records(out, "api", r.runtime_calls);
-  print_records(out, "kernel", r.kernels);
-  print_records(out, "memcpy", r.memcpys);
-  print_records(out, "memset", r.memsets);
-  print_records(out, "marker", r.markers);
-  print_records(out, "markerdata", r.marker_data);
+  for_each_record_list(r,
+                       [&](const char* type, const auto& list) { print_records(out, type, list); });
   return out;
 }
 

@@ -2,16 +2,13 @@
 // the SVG figures, and every caption names backend, device and the synthetic data.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "support/run_command.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse::test {
 namespace {
@@ -20,21 +17,6 @@ namespace fs = std::filesystem;
 
 const std::string kResults = std::string(HISPARSE_TEST_FIXTURES) + "/results/";
 const std::string kTiny = std::string(HISPARSE_TEST_FIXTURES) + "/scenarios/tiny.yaml";
-
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("hisparse_cli_report_" + std::to_string(getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -49,14 +31,14 @@ TEST(CliReport, RegeneratesTablesAndWritesHtml) {
   EXPECT_EQ(r.output, "wrote " + (out.path / "results.csv").string() + "\nwrote " +
                           (out.path / "summary.md").string() + "\nwrote " +
                           (out.path / "report.html").string() + "\n");
-  const std::string csv = read(out.path / "results.csv");
+  const std::string csv = read_text(out.path / "results.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
   EXPECT_NE(csv.find("\n1,tiny-gqa,sparse-gpu,4,128,32,64,48,lru,ok,2000,"), std::string::npos)
       << csv;
-  EXPECT_NE(read(out.path / "summary.md").find("## mode: sparse-gpu"), std::string::npos);
+  EXPECT_NE(read_text(out.path / "summary.md").find("## mode: sparse-gpu"), std::string::npos);
   EXPECT_FALSE(fs::exists(out.path / "results.json"));  // the input is never rewritten
 
-  const std::string html = read(out.path / "report.html");
+  const std::string html = read_text(out.path / "report.html");
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("src=\"http"), std::string::npos);
@@ -95,13 +77,13 @@ TEST(CliReport, SeveralRunsAreMergedWithTheirSources) {
                            "other_device.json --json --out " + out.path.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["written"].size(), 3u);
-  const std::string csv = read(out.path / "results.csv");
+  const std::string csv = read_text(out.path / "results.csv");
   EXPECT_EQ(csv.rfind("index,source,model,", 0), 0u) << csv;
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;
   EXPECT_NE(csv.find("\n3," + kResults + "other_device.json,tiny-gqa,sparse-gpu,"),
             std::string::npos)
       << csv;
-  const std::string html = read(out.path / "report.html");
+  const std::string html = read_text(out.path / "report.html");
   EXPECT_NE(html.find("backends cpu, cuda (CPU reference backend: host wall-clock timings, not "
                       "GPU figures), devices Test CPU, NVIDIA H200, synthetic weights/workload"),
             std::string::npos)
@@ -133,7 +115,7 @@ TEST(CliReport, RunWritesReportHtmlAtTheEnd) {
   TempDir out;
   const auto r = run_bench("run " + kTiny + " --backend cpu --quiet --out " + out.path.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string html = read(out.path / "report.html");
+  const std::string html = read_text(out.path / "report.html");
   EXPECT_NE(html.find("<h1>tiny</h1>"), std::string::npos);
   EXPECT_EQ(count(html, "<svg "), 3u) << html;
   EXPECT_EQ(count(html, "synthetic weights/workload.</figcaption>"), 3u);

@@ -1,16 +1,13 @@
 // hisparse-bench run end to end on the CPU backend: result files, --json, failed points, --set.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "core/device.hpp"
 #include "support/run_command.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse::test {
 namespace {
@@ -19,27 +16,12 @@ namespace fs = std::filesystem;
 
 const std::string kTiny = std::string(HISPARSE_TEST_FIXTURES) + "/scenarios/tiny.yaml";
 
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("hisparse_cli_run_" + std::to_string(getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(CliRun, WritesThreeParseableFiles) {
   TempDir out;
   const auto r = run_bench("run " + kTiny + " --backend cpu --quiet --out " + out.path.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");  // --quiet
-  const auto j = nlohmann::json::parse(read(out.path / "results.json"));
+  const auto j = nlohmann::json::parse(read_text(out.path / "results.json"));
   EXPECT_EQ(j["schema_version"], 1);
   EXPECT_EQ(j["metadata"]["backend"], "cpu");
   EXPECT_EQ(j["metadata"]["synthetic"]["weights"], true);
@@ -64,10 +46,10 @@ TEST(CliRun, WritesThreeParseableFiles) {
   EXPECT_EQ(j["points"][1]["axes"]["mode"], "sparse-gpu");
   EXPECT_EQ(j["summary"]["complete"], true);
 
-  const std::string csv = read(out.path / "results.csv");
+  const std::string csv = read_text(out.path / "results.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
   EXPECT_EQ(csv.rfind("index,model,mode,", 0), 0u);
-  const std::string md = read(out.path / "summary.md");
+  const std::string md = read_text(out.path / "summary.md");
   EXPECT_NE(md.find("## mode: dense"), std::string::npos) << md;
   EXPECT_NE(md.find("## mode: sparse-gpu"), std::string::npos) << md;
   EXPECT_NE(md.find("synthetic weights/workload"), std::string::npos);
@@ -82,7 +64,7 @@ TEST(CliRun, JsonOnStdoutIsTheResultsDocument) {
   const auto j = nlohmann::json::parse(r.output);
   ASSERT_EQ(j["points"].size(), 1u);
   EXPECT_EQ(j["scenario"]["sweep"]["mode"], nlohmann::json::array({"dense"}));
-  EXPECT_EQ(j, nlohmann::json::parse(read(out.path / "results.json")));
+  EXPECT_EQ(j, nlohmann::json::parse(read_text(out.path / "results.json")));
 }
 
 TEST(CliRun, HumanOutputIsATableNamingCpuTimings) {
@@ -102,7 +84,7 @@ TEST(CliRun, FailedPointIsRecordedAndTheSweepGoesOn) {
                            "/scenarios/failing.yaml --quiet --out " + out.path.string() +
                            " --set sweep.context_length=[1000000000000,128]");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  const auto j = nlohmann::json::parse(read(out.path / "results.json"));
+  const auto j = nlohmann::json::parse(read_text(out.path / "results.json"));
   ASSERT_EQ(j["points"].size(), 2u);
   EXPECT_EQ(j["points"][0]["status"], "failed");
   EXPECT_NE(j["points"][0]["error"].get<std::string>().find("not one request fits"),
@@ -110,7 +92,7 @@ TEST(CliRun, FailedPointIsRecordedAndTheSweepGoesOn) {
       << j["points"][0]["error"];
   EXPECT_EQ(j["points"][1]["status"], "ok") << j["points"][1].dump();
   EXPECT_EQ(j["summary"]["failed"], 1);
-  EXPECT_NE(read(out.path / "results.csv").find(",failed,"), std::string::npos);
+  EXPECT_NE(read_text(out.path / "results.csv").find(",failed,"), std::string::npos);
 }
 
 TEST(CliRun, CudaBackendWithoutGpuIsAClearError) {

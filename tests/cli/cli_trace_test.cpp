@@ -3,17 +3,14 @@
 // gpu_phase_ms appear (checked where a CUDA engine exists).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "core/device.hpp"
 #include "model/engine_support.hpp"
 #include "support/run_command.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse::test {
 namespace {
@@ -21,21 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kTiny = std::string(HISPARSE_TEST_FIXTURES) + "/scenarios/tiny.yaml";
-
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("hisparse_cli_trace_" + std::to_string(getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return nlohmann::json::parse(s.str());
-}
 
 std::string cpu_note() {
   return cuda_compiled()

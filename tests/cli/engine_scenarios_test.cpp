@@ -2,39 +2,26 @@
 // fathom-quality (recall and attention error against the bit budget), with fewer steps.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "support/run_command.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("hisparse_engine_cli_" + std::to_string(getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 nlohmann::json run_scenario(const std::string& name, const std::string& sets, const TempDir& out) {
   const std::string scenario = std::string(HISPARSE_SOURCE_DIR) + "/scenarios/" + name + ".yaml";
   const auto r = run_bench("run " + scenario + " --backend cpu --quiet --out " + out.path.string() +
                            " " + sets);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  std::ifstream in(out.path / "results.json");
-  std::stringstream s;
-  s << in.rdbuf();
-  return nlohmann::json::parse(s.str());
+  return read_json(out.path / "results.json");
 }
 
 TEST(EngineScenarios, HisparsePoliciesReportsEveryPolicy) {

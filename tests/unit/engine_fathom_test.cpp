@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "model/decode_engine.hpp"
+#include "support/engine_outputs.hpp"
 
 namespace hisparse {
 namespace {
@@ -39,12 +40,7 @@ Totals run(const EngineConfig& c, int steps = 3) {
     t.lengths.push_back(engine.sequence_length() + 1);
     const StepStats st = engine.step();
     t.tokens.push_back(st.next_tokens);
-    std::vector<float> all;
-    for (int l = 0; l < engine.model().layers; ++l) {
-      const auto a = engine.last_attention(l);
-      all.insert(all.end(), a.begin(), a.end());
-    }
-    t.attention.push_back(all);
+    t.attention.push_back(test::all_layers_attention(engine));
     t.scanned.push_back(st.bytes_scanned);
     t.hits += st.hits;
     t.misses += st.misses;

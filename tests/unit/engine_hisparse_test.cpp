@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "hotcache/policies.hpp"
 #include "model/decode_engine.hpp"
+#include "support/engine_outputs.hpp"
 
 namespace hisparse {
 namespace {
@@ -39,12 +40,7 @@ Trace run(DecodeEngine& engine, int steps) {
     const std::int64_t len = engine.sequence_length() + 1;
     const StepStats st = engine.step();
     t.tokens.push_back(st.next_tokens);
-    std::vector<float> all;
-    for (int l = 0; l < engine.model().layers; ++l) {
-      const auto a = engine.last_attention(l);
-      all.insert(all.end(), a.begin(), a.end());
-    }
-    t.attention.push_back(all);
+    t.attention.push_back(test::all_layers_attention(engine));
     t.recall.push_back(st.recall);
     t.error.push_back(st.attention_rel_error);
     t.hits += st.hits;

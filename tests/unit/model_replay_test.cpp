@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -20,6 +18,7 @@
 #include "model/replay_capture.hpp"
 #include "model/safetensors.hpp"
 #include "support/run_command.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse {
 namespace {
@@ -400,24 +399,19 @@ TEST(ModelReplay, CommittedFixtureLoadsAndRunsThroughTheCli) {
   EXPECT_EQ(w.capture()->steps(), 8);
   EXPECT_EQ(w.capture()->key_layers(), 1);
   EXPECT_EQ(w.notes().size(), 3u);  // keys and queries reused across layers, synthetic values
-  const fs::path out = fs::temp_directory_path() / "hisparse_model_replay_cli";
-  fs::remove_all(out);
+  const test::TempDir out;
   const auto r = test::run_bench(
       fmt::format("run {} --out {} --quiet --set sweep.mode=[sparse-gpu] --set decode_steps=1 "
                   "--set warmup_steps=0",
-                  (fixture / "tiny_gqa_replay.yaml").string(), out.string()));
+                  (fixture / "tiny_gqa_replay.yaml").string(), out.path.string()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::ifstream summary(out / "summary.md");
-  std::stringstream text;
-  text << summary.rdbuf();
-  EXPECT_NE(text.str().find("replayed workload"), std::string::npos) << text.str();
+  const std::string summary = test::read_text(out.path / "summary.md");
+  EXPECT_NE(summary.find("replayed workload"), std::string::npos) << summary;
   // What the capture lacked is recorded with every point.
-  std::ifstream results(out / "results.json");
-  const auto json = nlohmann::json::parse(results);
+  const auto json = test::read_json(out.path / "results.json");
   const auto& notes = json.at("points").at(0).at("metrics").at("workload_notes");
   ASSERT_EQ(notes.size(), 3u) << notes.dump();
   EXPECT_EQ(notes.at(2).get<std::string>(), "no values (v) captured: values are synthetic N(0, 1)");
-  fs::remove_all(out);
 }
 
 }  // namespace

@@ -34,6 +34,13 @@ ffn:
   dense_width: 96
 )";
 
+/// kGqa with its first `from` replaced by `to`.
+std::string gqa_with(const std::string& from, const std::string& to) {
+  std::string text = kGqa;
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
 TEST(ModelMode, NamesRoundTripAndUnknownIsRejected) {
   for (Mode m :
        {Mode::dense, Mode::sparse_gpu, Mode::hisparse, Mode::fathom, Mode::hisparse_fathom})
@@ -123,29 +130,21 @@ TEST(ModelSpecErrors, UnknownKey) {
 }
 
 TEST(ModelSpecErrors, KeyOfTheOtherAttentionKind) {
-  std::string text = kGqa;
-  text.replace(text.find("  head_dim: 16\n"), 15, "  head_dim: 16\n  kv_lora_rank: 8\n");
-  EXPECT_EQ(error_of(text),
+  EXPECT_EQ(error_of(gqa_with("  head_dim: 16\n", "  head_dim: 16\n  kv_lora_rank: 8\n")),
             "m.yaml:9:3: attention.kv_lora_rank: key 'kv_lora_rank' belongs to attention.kind mla, "
             "not gqa; remove `kv_lora_rank`");
 }
 
 TEST(ModelSpecErrors, WrongType) {
-  std::string text = kGqa;
-  text.replace(text.find("hidden: 64"), 10, "hidden: wide");
-  EXPECT_EQ(error_of(text),
+  EXPECT_EQ(error_of(gqa_with("hidden: 64", "hidden: wide")),
             "m.yaml:2:9: hidden: expected an integer, got 'wide'; write a whole number, e.g. "
             "`hidden: 4`");
-  text = kGqa;
-  text.replace(text.find("vocab: 128"), 10, "vocab: [1, 2]");
-  EXPECT_EQ(error_of(text),
+  EXPECT_EQ(error_of(gqa_with("vocab: 128", "vocab: [1, 2]")),
             "m.yaml:3:8: vocab: expected an integer, got a list; write `vocab: <an integer>`");
 }
 
 TEST(ModelSpecErrors, MissingRequiredKey) {
-  std::string text = kGqa;
-  text.replace(text.find("  kv_heads: 2\n"), 14, "");
-  EXPECT_EQ(error_of(text),
+  EXPECT_EQ(error_of(gqa_with("  kv_heads: 2\n", "")),
             "m.yaml:5:3: attention.kv_heads: missing required key 'kv_heads'; add `kv_heads:` to "
             "`attention:`");
   EXPECT_EQ(error_of("hidden: 4\n"),
@@ -153,29 +152,30 @@ TEST(ModelSpecErrors, MissingRequiredKey) {
 }
 
 TEST(ModelSpecErrors, NonPositiveSize) {
-  std::string text = kGqa;
-  text.replace(text.find("layers: 2"), 9, "layers: 0");
-  EXPECT_EQ(error_of(text),
+  EXPECT_EQ(error_of(gqa_with("layers: 2", "layers: 0")),
             "m.yaml:1:9: layers: must be a positive integer, got 0; set `layers` to a value "
             "between 1 and 2147483647");
 }
 
 TEST(ModelSpecErrors, QHeadsNotAMultipleOfKvHeads) {
-  std::string text = kGqa;
-  text.replace(text.find("q_heads: 4"), 10, "q_heads: 5");
-  EXPECT_EQ(error_of(text),
+  EXPECT_EQ(error_of(gqa_with("q_heads: 4", "q_heads: 5")),
             "m.yaml:6:12: attention.q_heads: q_heads 5 is not a multiple of kv_heads 2; make "
             "q_heads a multiple of kv_heads (each KV head serves q_heads / kv_heads query heads)");
 }
 
+TEST(ModelSpecErrors, OddRopeWidth) {
+  EXPECT_EQ(error_of(gqa_with("head_dim: 16", "head_dim: 15")),
+            "m.yaml:8:13: attention.head_dim: must be even (RoPE rotates pairs), got 15; use an "
+            "even width such as 128");
+}
+
 TEST(ModelSpecErrors, ExpertsHeldAboveExperts) {
-  std::string text = kGqa;
-  text.replace(text.find("  kind: dense\n  dense_width: 96\n"), 31,
-               "  kind: moe\n  experts: 8\n  experts_held: 16\n  active_experts: 2\n  "
-               "expert_width: 32\n");
-  EXPECT_EQ(error_of(text),
-            "m.yaml:12:17: ffn.experts_held: experts_held 16 exceeds experts 8; set experts_held "
-            "to experts / ranks (at most experts)");
+  EXPECT_EQ(
+      error_of(gqa_with("  kind: dense\n  dense_width: 96",
+                        "  kind: moe\n  experts: 8\n  experts_held: 16\n  active_experts: 2\n  "
+                        "expert_width: 32\n")),
+      "m.yaml:12:17: ffn.experts_held: experts_held 16 exceeds experts 8; set experts_held "
+      "to experts / ranks (at most experts)");
 }
 
 TEST(ModelSpecErrors, LayoutMustFitShape) {

@@ -1,10 +1,7 @@
 // ResultSet: JSON schema content, CSV and Markdown views, atomic rewrite after every point.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -12,26 +9,14 @@
 #include "core/error.hpp"
 #include "report/atomic_file.hpp"
 #include "report/tables.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("hisparse_report_test_" + std::to_string(getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::read_text;
+using test::TempDir;
 
 PointRecord ok_point(std::size_t index, int concurrency, double median_ms) {
   PointRecord r;
@@ -157,19 +142,19 @@ TEST(ReportResults, WriteKeepsEarlierPointsAfterEveryAdd) {
   set.add(ok_point(0, 1, 1.0));
   auto written = set.write(tmp.path, {"json", "csv", "md"});
   ASSERT_EQ(written.size(), 3u);
-  EXPECT_EQ(nlohmann::json::parse(read(tmp.path / "results.json"))["points"].size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(read_text(tmp.path / "results.json"))["points"].size(), 1u);
   PointRecord bad = ok_point(1, 2, 1.0);
   bad.ok = false;
   bad.error = "boom";
   set.add(bad);
   (void)set.write(tmp.path, {"json", "csv", "md"});
-  const auto j = nlohmann::json::parse(read(tmp.path / "results.json"));
+  const auto j = nlohmann::json::parse(read_text(tmp.path / "results.json"));
   ASSERT_EQ(j["points"].size(), 2u);
   EXPECT_EQ(j["points"][0]["status"], "ok");
   EXPECT_EQ(j["points"][1]["status"], "failed");
   EXPECT_EQ(j["summary"]["complete"], false);
   // Three lines: the header and two rows; no temporary files left behind.
-  const std::string csv = read(tmp.path / "results.csv");
+  const std::string csv = read_text(tmp.path / "results.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
   int files = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(tmp.path)) ++files;
@@ -189,7 +174,7 @@ TEST(ReportResults, AtomicWriteReplacesContentAndNamesThePathOnFailure) {
   fs::create_directories(tmp.path);
   write_file_atomically(tmp.path / "f.txt", "first");
   write_file_atomically(tmp.path / "f.txt", "second");
-  EXPECT_EQ(read(tmp.path / "f.txt"), "second");
+  EXPECT_EQ(read_text(tmp.path / "f.txt"), "second");
   const fs::path missing = tmp.path / "no" / "such" / "f.txt";
   try {
     write_file_atomically(missing, "x");
