@@ -93,6 +93,61 @@ HISPARSE_HD float partial_value(std::uint32_t code4, int t, float scale) {
   return scale * partial_multiplier(code4 >> (kPlanes - t), t);
 }
 
+// ---- Quantized-weight scores (what the tensor-core scan computes; REFERENCE.md partial read) ----
+// Per (64-token block, query head): w_j = q_j * a_j over the active channels (depth t_j > 0), one
+// power-of-two scale 2^s that maps max |w_j| into [64, 128), W_j = clamp(rint(w_j * 2^s), +-127).
+// The partial read of channel j is a_j * (2 m_j + o_j) / 16 with m_j the code with its unread
+// planes zeroed and o_j = 2^(4 - t_j) - 16, so the score is the exact integer
+// I = sum_j W_j (2 m_j + o_j) times 2^-(s + 4). Integer sums are order-free, so the tensor-core
+// kernel and the CPU twin agree bit for bit.
+
+inline constexpr int kWeightLimit = 127;
+inline constexpr int kNoWeights =
+    -1000;  ///< weight shift of a (block, head) whose weights are all 0
+
+/// 2^e as a float for e in [-126, 127] (built from the exponent bits: exact).
+HISPARSE_HD float pow2_float(int e) {
+  return detail::bits_float(static_cast<std::uint32_t>(e + 127) << 23);
+}
+/// The 4-bit code with the planes a depth-t read does not see zeroed (t = 0 gives 0).
+HISPARSE_HD std::uint32_t masked_code(std::uint32_t code4, int t) {
+  return code4 & ((0xF0u >> t) & 0xFu);
+}
+/// o_t = 2^(4 - t) - 16: 2 m + o_t is 16 x the cell-midpoint multiplier of a depth-t read.
+HISPARSE_HD int code_offset(int t) {
+  return t == 0 ? 0 : (1 << (4 - t)) - 16;
+}
+/// Shift s of one (block, head) so that max_abs * 2^s lies in [64, 128); kNoWeights when
+/// max_abs is 0, below 2^-103 or not finite (every weight is then 0).
+HISPARSE_HD int weight_shift(float max_abs) {
+  const int e = static_cast<int>((detail::float_bits(max_abs) >> 23) & 0xffu);
+  if (e < 24 || e == 0xff) return kNoWeights;
+  return 6 - (e - 127);
+}
+HISPARSE_HD int quantize_weight(float w, int shift) {
+  if (shift == kNoWeights) return 0;
+  const float r = rintf(w * pow2_float(shift));  // the product is exact: a power-of-two scale
+  if (!(r == r)) return 0;
+  if (r > static_cast<float>(kWeightLimit)) return kWeightLimit;
+  if (r < -static_cast<float>(kWeightLimit)) return -kWeightLimit;
+  return static_cast<int>(r);
+}
+/// Score of the integer sum I: I * 2^-(shift + 4) (exact).
+HISPARSE_HD float quantized_score(int sum, int shift) {
+  if (shift == kNoWeights) return 0.0f;
+  return static_cast<float>(sum) * pow2_float(-shift - 4);
+}
+/// A lower bound (conservative by at least one) on the integer sums whose score reaches `floor`:
+/// quantized_score(I, shift) >= floor implies I >= min_candidate_sum(floor, shift).
+HISPARSE_HD int min_candidate_sum(float floor_score, int shift) {
+  constexpr int kNone = 0x3fffffff;
+  if (shift == kNoWeights) return 0.0f >= floor_score ? -kNone : kNone;
+  const float x = floor_score * pow2_float(shift + 4);  // floor / unit, exact unless tiny
+  if (!(x < 4194304.0f)) return kNone;
+  if (!(x > -4194304.0f)) return -kNone;
+  return static_cast<int>(floorf(x)) - 1;
+}
+
 /// Monotone map of a float to an unsigned key (larger float -> larger key).
 HISPARSE_HD std::uint32_t orderable_key(float score) {
   const std::uint32_t u = detail::float_bits(score);

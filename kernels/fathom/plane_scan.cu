@@ -1,71 +1,20 @@
 #include "kernels/fathom/plane_scan.hpp"
 
 #include <algorithm>
-
+#include <climits>
+#include <cstdint>
 #include <string>
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
+#include "kernels/fathom/plane_scan_fragments.hpp"
 
 namespace hisparse::kernels::fathom {
 namespace {
 
-// Shared-memory plan of the scan block (byte offsets; computed on the host, passed by value).
-struct ScanSmem {
-  int units_cap = 0;  ///< plane units one tile holds (the budget)
-  int cap = 0;        ///< candidate buffer entries per head
-  int tile_blocks = 16;
-  std::int64_t qa = 0, slot_channel = 0, slot_depth = 0, slot_base = 0, unit_code = 0,
-               tile_words = 0, tile_scales = 0, buf = 0, counts = 0, thr = 0, hist = 0, scratch = 0,
-               total = 0;
-};
-
 std::int64_t align16(std::int64_t x) {
   return (x + 15) / 16 * 16;
-}
-
-ScanSmem plan_scan_smem(const PlaneScanArgs& a, const PlaneScanWorkspace& ws, int budget) {
-  ScanSmem m;
-  const std::int64_t d = a.layout.channels;
-  m.units_cap = std::max(1, budget);
-  m.tile_blocks = ws.tile_blocks;
-  std::int64_t off = 0;
-  auto take = [&](std::int64_t bytes) {
-    const std::int64_t at = off;
-    off = align16(off + bytes);
-    return at;
-  };
-  m.qa = take(static_cast<std::int64_t>(a.heads) * d * 4);
-  m.slot_channel = take(d * 4);
-  m.slot_depth = take(d * 4);
-  m.slot_base = take(d * 4);
-  m.unit_code = take(4 * d * 4);
-  m.tile_words = take(static_cast<std::int64_t>(m.units_cap) * m.tile_blocks * 8);
-  m.tile_scales = take(d * m.tile_blocks * 4);
-  m.counts = take(kMaxGroupHeads * 4);
-  m.thr = take(kMaxGroupHeads * 8);
-  m.hist = take(256 * 4);
-  m.scratch = take(64 * 8);
-  // Candidate buffers: keep + slack entries per head. The slack (between 2 and 4 rounds, about
-  // keep) sets how often the buffer is compacted; keeping the whole block near 50 KB lets 4 scan
-  // blocks share an SM, which the latency-bound scan loop needs (one 200 KB block per SM ran at
-  // about 1% of HBM bandwidth).
-  const std::int64_t left = kScanSharedBudget - off;
-  const std::int64_t per_head = left / (8 * std::max(1, a.heads));
-  const std::int64_t slack = std::min<std::int64_t>(
-      per_head - a.keep,
-      std::clamp<std::int64_t>(a.keep, 2 * kScanRoundTokens, 4 * kScanRoundTokens));
-  if (slack < 2 * kScanRoundTokens)
-    throw Error("fathom scan: top_k",
-                std::to_string(a.heads) + " query heads x keep " + std::to_string(a.keep) +
-                    " do not fit the fused selection's shared memory (" +
-                    std::to_string(left / 1024) + " KB left after the tile)",
-                "lower top_k or the plane budget");
-  m.cap = static_cast<int>(a.keep + slack);
-  m.buf = take(static_cast<std::int64_t>(a.heads) * m.cap * 8);
-  m.total = off;
-  return m;
 }
 
 // Block-wide exclusive prefix count of `flag` (THREADS a multiple of 32, <= 1024). `warp_totals`
@@ -90,7 +39,8 @@ __device__ int block_exclusive_count(bool flag, int* warp_totals, int* total) {
 }
 
 // Keeps the `keep` largest of the `*count` unique keys in buf (ordered in-place compaction after an
-// 8-pass MSB radix select); returns the smallest kept key. All threads of the block must call it.
+// MSB radix select of up to 8 passes, stopping at the first digit whose keys are all kept);
+// returns a threshold: every kept key is >= it and every dropped key below it. All threads of the block must call it.
 template <int THREADS>
 __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, int* hist,
                                      int* scratch) {
@@ -125,6 +75,7 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
         if (lane == 0) {  // fewer keys than asked for (not reached: callers hold more)
           shared_u64[0] = prefix;
           scratch[0] = remaining - total;
+          scratch[1] = 1;
         }
       } else if (here) {
         int above = before, digit = top - 7;
@@ -137,13 +88,17 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
         }
         shared_u64[0] = prefix | (static_cast<std::uint64_t>(digit) << shift);
         scratch[0] = remaining - above;
+        // Every key with this digit is kept: the lower digits need no passes.
+        scratch[1] = hist[digit] == remaining - above ? 1 : 0;
       }
     }
     __syncthreads();
     prefix = shared_u64[0];
     remaining = scratch[0];
+    const bool whole_digit = scratch[1] != 0;
     mask |= std::uint64_t{255} << shift;
     __syncthreads();
+    if (whole_digit) break;
   }
   const std::uint64_t kth = prefix;
   int out = 0;
@@ -162,24 +117,55 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
   return kth;
 }
 
-__global__ void __launch_bounds__(kScanThreads)
-    scan_select_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, ScanSmem m) {
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void mma_u8s8(int (&c)[4], const std::uint32_t (&a)[4],
+                                         const std::uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Fused scan + streaming top-k of one chunk of one stream (plane_scan_fragments.hpp has the
+// register layout). Per tile of tile_blocks blocks: cp.async stages the active plane units and
+// scales of the next tile while this one is scored; a prep pass quantizes the weights of every
+// (block, head) into shared memory (one warp per block, one lane per slot); then every warp
+// scores one 64-token block per round with integer MMAs, and only tokens whose integer sum can
+// beat the head's current threshold take the float path into the candidate buffer.
+__global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
+    scan_select_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, ScanSharedPlan m) {
   extern __shared__ __align__(16) unsigned char smem[];
-  float* qa = reinterpret_cast<float*>(smem + m.qa);
-  int* slot_channel = reinterpret_cast<int*>(smem + m.slot_channel);
-  int* slot_depth = reinterpret_cast<int*>(smem + m.slot_depth);
-  int* slot_base = reinterpret_cast<int*>(smem + m.slot_base);
-  int* unit_code = reinterpret_cast<int*>(smem + m.unit_code);
-  std::uint64_t* tile_words = reinterpret_cast<std::uint64_t*>(smem + m.tile_words);
-  float* tile_scales = reinterpret_cast<float*>(smem + m.tile_scales);
-  std::uint64_t* buf = reinterpret_cast<std::uint64_t*>(smem + m.buf);
-  int* counts = reinterpret_cast<int*>(smem + m.counts);
-  std::uint64_t* thr = reinterpret_cast<std::uint64_t*>(smem + m.thr);
-  int* hist = reinterpret_cast<int*>(smem + m.hist);
-  int* scratch = reinterpret_cast<int*>(smem + m.scratch);
+  auto* words_s = reinterpret_cast<std::uint64_t*>(smem + m.words);
+  auto* scales_s = reinterpret_cast<std::uint16_t*>(smem + m.scales);
+  auto* qs = reinterpret_cast<float*>(smem + m.queries);
+  auto* slot_channel = reinterpret_cast<int*>(smem + m.slot_channel);
+  auto* slot_info = reinterpret_cast<int*>(smem + m.slot_info);
+  auto* unit_code = reinterpret_cast<int*>(smem + m.unit_code);
+  std::uint8_t* wts = smem + m.weights;
+  auto* offsets = reinterpret_cast<int*>(smem + m.offsets);
+  auto* shifts = reinterpret_cast<int*>(smem + m.shifts);
+  auto* floors = reinterpret_cast<int*>(smem + m.floors);
+  auto* counts = reinterpret_cast<int*>(smem + m.counts);
+  auto* thr = reinterpret_cast<std::uint64_t*>(smem + m.thr);
+  auto* hist = reinterpret_cast<int*>(smem + m.hist);
+  auto* scratch = reinterpret_cast<int*>(smem + m.scratch);
+  auto* buf = reinterpret_cast<std::uint64_t*>(smem + m.buf);
 
   const int s = blockIdx.y, chunk = blockIdx.x, tid = threadIdx.x;
+  const int lane = tid % 32, warp = tid / 32;
   const int d = a.layout.channels, heads = a.heads, tb = m.tile_blocks;
+  const int sp = m.slots_pad, hp = m.heads_pad, pairs = m.heads_pad / 2;
   const std::int64_t n = a.lengths[s];
   const std::int64_t nb = (n + kBlockTokens - 1) / kBlockTokens;
   const std::int64_t tiles = (nb + tb - 1) / tb;
@@ -191,96 +177,190 @@ __global__ void __launch_bounds__(kScanThreads)
   const std::uint16_t* scales = a.scales + s * a.layout.scales_per_stream();
   const std::int64_t count_base = (static_cast<std::int64_t>(s) * heads) * ws.chunks + chunk;
 
-  // Active channels in ascending order (the twin's summation order) and their plane units.
-  for (int j = tid; j < d; j += kScanThreads)
-    slot_depth[j] = a.depths[static_cast<std::int64_t>(s) * d + j];
-  __syncthreads();
   if (tid == 0) {
-    int slots = 0, units = 0;
-    for (int j = 0; j < d; ++j) {
-      const int t = slot_depth[j];
-      if (t == 0) continue;
-      for (int p = 0; p < t && units + p < 4 * d; ++p) unit_code[units + p] = (j << 2) | p;
-      slot_channel[slots] = j;
-      slot_base[slots] = units;
-      units += t;
-      ++slots;
-    }
-    scratch[0] = slots;
+    int units = 0;
+    scratch[0] = mma::order_slots(a.depths + static_cast<std::int64_t>(s) * d, d, slot_channel,
+                                  slot_info, unit_code, &units);
     scratch[1] = units;
-  }
-  __syncthreads();
-  const int n_slots = scratch[0], n_units = scratch[1];
-  __syncthreads();
-  if (tid == 0) {  // slot_depth now becomes per slot (slot_channel[sl] >= sl: no overwrite hazard)
-    for (int sl = 0; sl < n_slots; ++sl) slot_depth[sl] = slot_depth[slot_channel[sl]];
   }
   for (int h = tid; h < kMaxGroupHeads; h += kScanThreads) {
     counts[h] = 0;
     thr[h] = 0;
   }
   __syncthreads();
+  const int n_slots = scratch[0], n_units = scratch[1];
   if (n_units > m.units_cap) {  // depths exceed the budget the launch was sized for
     for (int h = tid; h < heads; h += kScanThreads)
       ws.candidate_counts[count_base + h * ws.chunks] = -1;
     return;
   }
-  for (int i = tid; i < heads * n_slots; i += kScanThreads) {
-    const int h = i / n_slots, sl = i % n_slots;
-    qa[h * d + sl] = a.queries[(static_cast<std::int64_t>(s) * heads + h) * d + slot_channel[sl]];
+  for (int i = n_slots + tid; i < sp; i += kScanThreads) slot_info[i] = 0;  // depth 0 padding
+  for (int i = tid; i < hp * sp; i += kScanThreads) {
+    const int h = i / sp, sl = i % sp;
+    qs[i] = h < heads && sl < n_slots
+                ? a.queries[(static_cast<std::int64_t>(s) * heads + h) * d + slot_channel[sl]]
+                : 0.0f;
   }
+  __syncthreads();
 
-  for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
+  // Stage one tile: 16-byte pieces of tb words per active (channel, plane) and tb scales per
+  // slot. Pieces of blocks past the stream's end are skipped (never read).
+  auto stage = [&](std::int64_t tile, int st) {
     const std::int64_t b0 = tile * tb;
-    // Stage the tile: runs of tb words per active (channel, plane), tb scales per active channel.
-    for (int i = tid; i < n_units * tb; i += kScanThreads) {
-      const int u = i / tb, w = i % tb;
-      const int code = unit_code[u];
-      const std::int64_t block = b0 + w;
-      tile_words[i] = block < nb ? words[a.layout.word_index(block, code >> 2, code & 3)] : 0ull;
-    }
-    for (int i = tid; i < n_slots * tb; i += kScanThreads) {
-      const int sl = i / tb, w = i % tb;
-      const std::int64_t block = b0 + w;
-      tile_scales[i] =
-          block < nb ? f16_to_float(scales[a.layout.scale_index(block, slot_channel[sl])]) : 0.0f;
-    }
-    __syncthreads();
-    const int rounds = tb * kBlockTokens / kScanRoundTokens;
-    for (int r = 0; r < rounds; ++r) {
-      const int local = r * kScanRoundTokens + tid;
-      const std::int64_t token = b0 * kBlockTokens + local;
-      const int w = local / kBlockTokens, bit = local % kBlockTokens;
-      float acc[kMaxGroupHeads];
-#pragma unroll
-      for (int h = 0; h < kMaxGroupHeads; ++h) acc[h] = 0.0f;
-      if (token < n) {
-        for (int sl = 0; sl < n_slots; ++sl) {
-          const int t = slot_depth[sl];
-          const std::uint64_t* uw = tile_words + slot_base[sl] * tb + w;
-          std::uint32_t code = 0;
-          for (int p = 0; p < t; ++p)
-            code = (code << 1) | static_cast<std::uint32_t>((uw[p * tb] >> bit) & 1u);
-          const float v = tile_scales[sl * tb + w] * partial_multiplier(code, t);
-#pragma unroll
-          for (int h = 0; h < kMaxGroupHeads; ++h)
-            if (h < heads) acc[h] = fused_multiply_add(qa[h * d + sl], v, acc[h]);
-        }
-        if (a.scores) {
-#pragma unroll
-          for (int h = 0; h < kMaxGroupHeads; ++h)
-            if (h < heads)
-              a.scores[(static_cast<std::int64_t>(s) * heads + h) * a.max_tokens + token] = acc[h];
-        }
+    std::uint64_t* dst_w = words_s + st * (m.words_stage / 8);
+    const int pieces_w = tb / 2;
+    for (int i = tid; i < n_units * pieces_w; i += kScanThreads) {
+      const int u = i / pieces_w, c = i % pieces_w;
+      const std::int64_t b = b0 + 2 * c;
+      if (b < nb) {
+        const int code = unit_code[u];
+        cp_async16(dst_w + u * tb + 2 * c, words + a.layout.word_index(b, code >> 2, code & 3));
       }
-      if (token >= first_eligible && token < end_eligible) {
+    }
+    std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);
+    const int pieces_s = tb / 8;
+    for (int i = tid; i < n_slots * pieces_s; i += kScanThreads) {
+      const int sl = i / pieces_s, c = i % pieces_s;
+      const std::int64_t b = b0 + 8 * c;
+      if (b < nb)
+        cp_async16(dst_s + sl * tb + 8 * c, scales + a.layout.scale_index(b, slot_channel[sl]));
+    }
+    cp_async_commit();
+  };
+
+  // Weights, offsets, shifts and integer floors of every (block, head) of a staged tile: one warp
+  // per block, one lane per slot, every head in registers. Slots past 16 x steps are never read.
+  const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
+  const int slots_read = steps2 * mma::kSlotsPerWord;
+  auto prep = [&](std::int64_t tile, int st) {
+    const std::uint16_t* sc = scales_s + st * (m.scales_stage / 2);
+    for (int w = warp; w < tb; w += kScanWarps) {
+      if (tile * tb + w >= nb) continue;
+      auto* wb = reinterpret_cast<std::int8_t*>(wts) + static_cast<std::int64_t>(w) * hp * sp;
+      float max_abs[kMaxGroupHeads];
+#pragma unroll
+      for (int h = 0; h < kMaxGroupHeads; ++h) max_abs[h] = 0.0f;
+      for (int sl = lane; sl < n_slots; sl += 32) {
+        const float scale = f16_to_float(sc[sl * tb + w]);
+#pragma unroll
+        for (int h = 0; h < kMaxGroupHeads; ++h)
+          if (h < hp) max_abs[h] = fmaxf(max_abs[h], fabsf(qs[h * sp + sl] * scale));
+      }
+      int shift[kMaxGroupHeads], part[kMaxGroupHeads];
+#pragma unroll
+      for (int h = 0; h < kMaxGroupHeads; ++h) {
+        shift[h] = kNoWeights;
+        part[h] = 0;
+        if (h < hp)
+          shift[h] = weight_shift(
+              detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs[h]))));
+      }
+      for (int sl = lane; sl < slots_read; sl += 32) {
+        const bool live = sl < n_slots;
+        const float scale = live ? f16_to_float(sc[sl * tb + w]) : 0.0f;
+        const int offset = code_offset(mma::slot_depth(slot_info[sl]));
 #pragma unroll
         for (int h = 0; h < kMaxGroupHeads; ++h) {
-          if (h >= heads) break;
-          const std::uint64_t key = selection_key(acc[h], static_cast<std::uint32_t>(token));
+          if (h < hp) {
+            const int wq = live ? quantize_weight(qs[h * sp + sl] * scale, shift[h]) : 0;
+            part[h] += wq * offset;
+            wb[mma::weight_index(h, sl, sp)] = static_cast<std::int8_t>(wq);
+          }
+        }
+      }
+      int my_offset = 0, my_shift = kNoWeights;
+#pragma unroll
+      for (int h = 0; h < kMaxGroupHeads; ++h) {
+        if (h < hp) {
+          const int sum = __reduce_add_sync(0xffffffffu, part[h]);
+          if (lane == h) {
+            my_offset = sum;
+            my_shift = shift[h];
+          }
+        }
+      }
+      if (lane < hp) {
+        const int e = w * hp + lane;
+        offsets[e] = my_offset;
+        shifts[e] = my_shift;
+        const std::uint64_t t = lane < heads ? thr[lane] : 0;
+        floors[e] =
+            t == 0
+                ? INT_MIN
+                : (min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), my_shift) -
+                   my_offset) >>
+                      1;
+      }
+    }
+  };
+
+  // One warp scores block w of the staged tile and appends its candidates.
+  auto score_block = [&](std::int64_t tile, int st, int w) {
+    const std::uint64_t* tw = words_s + st * (m.words_stage / 8);
+    const std::uint8_t* wb = wts + static_cast<std::int64_t>(w) * hp * sp;
+    int acc[mma::kMaxPairs][4];
+#pragma unroll
+    for (int p = 0; p < mma::kMaxPairs; ++p)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[p][i] = 0;
+    for (int ks2 = 0; ks2 < steps2; ++ks2) {
+      std::uint32_t wword[mma::kMaxPairs];
+#pragma unroll
+      for (int p = 0; p < mma::kMaxPairs; ++p)
+        wword[p] = p < pairs ? mma::weight_word(wb, sp, p, ks2, lane) : 0u;
+#pragma unroll
+      for (int odd = 0; odd < 2; ++odd) {
+        std::uint32_t af[4];
+        mma::a_fragment(tw, tb, w, slot_info, 2 * ks2 + odd, lane, af);
+#pragma unroll
+        for (int p = 0; p < mma::kMaxPairs; ++p) {
+          if (p < pairs) {
+            std::uint32_t bf[2];
+            mma::b_fragment(wword[p], odd, lane, bf);
+            mma_u8s8(acc[p], af, bf);
+          }
+        }
+      }
+    }
+    const std::int64_t base = (tile * tb + w) * kBlockTokens;
+#pragma unroll
+    for (int p = 0; p < mma::kMaxPairs; ++p) {
+      const int h = mma::lane_head(lane, p);
+      if (p >= pairs || h >= heads) continue;
+      const int e = w * hp + h;
+      const int floor = floors[e], offset = offsets[e], shift = shifts[e];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int dot = acc[p][i];
+        const std::int64_t token = base + mma::lane_token(lane, i);
+        if (a.scores && token < n)
+          a.scores[(static_cast<std::int64_t>(s) * heads + h) * a.max_tokens + token] =
+              quantized_score(2 * dot + offset, shift);
+        if (dot >= floor && token >= first_eligible && token < end_eligible) {
+          const std::uint64_t key = selection_key(quantized_score(2 * dot + offset, shift),
+                                                  static_cast<std::uint32_t>(token));
           if (key > thr[h]) buf[h * m.cap + atomicAdd(&counts[h], 1)] = key;
         }
       }
+    }
+  };
+
+  if (tile_begin < tile_end) stage(tile_begin, 0);
+  int it = 0;
+  for (std::int64_t tile = tile_begin; tile < tile_end; ++tile, ++it) {
+    const int st = it & 1;
+    if (tile + 1 < tile_end) {
+      stage(tile + 1, st ^ 1);  // that buffer was last read before the previous tile's end
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    prep(tile, st);
+    __syncthreads();
+    for (int r = 0; r < tb / kScanWarps; ++r) {
+      const int w = r * kScanWarps + warp;
+      if (tile * tb + w < nb) score_block(tile, st, w);
       __syncthreads();
       for (int h = 0; h < heads; ++h) {
         if (counts[h] > m.cap - kScanRoundTokens) {
@@ -290,9 +370,8 @@ __global__ void __launch_bounds__(kScanThreads)
           __syncthreads();
         }
       }
-      __syncthreads();  // every thread has read counts[] before the next round appends
+      __syncthreads();  // every thread has read counts[] and thr[] before the next round appends
     }
-    __syncthreads();
   }
   for (int h = 0; h < heads; ++h) {
     if (counts[h] > a.keep)
@@ -424,7 +503,15 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspace& ws,
                               cudaStream_t stream) {
   if (args.streams == 0) return;
-  const ScanSmem scan = plan_scan_smem(args, ws, ws.budget);
+  const ScanSharedPlan scan = plan_scan_shared(args, ws.budget, ws.tile_blocks);
+  if (reinterpret_cast<std::uintptr_t>(args.words) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(args.scales) % 16 != 0)
+    throw Error("fathom scan: planes", "plane words or scales are not 16-byte aligned",
+                "pass the PlaneStore's buffers (the scan copies them in 16-byte pieces)");
+  if (ws.tile_blocks % kScanTileBlocksMin != 0 ||
+      (args.layout.kind == PlaneLayoutKind::hbm && kSuperblockBlocks % ws.tile_blocks != 0))
+    throw Error("fathom scan: workspace", "tile of " + std::to_string(ws.tile_blocks) + " blocks",
+                "use plan_scan_workspace()");
   const FinalizeSmem fin = plan_finalize_smem(args);
   if (fin.total > 227 * 1024)
     throw Error("fathom scan: top_k",

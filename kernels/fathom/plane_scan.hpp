@@ -1,5 +1,6 @@
 // PlaneScan + selection: approximate scores from the first t_j planes of every channel (midpoint
-// reconstruction), then per query head the top `keep` tokens outside the sinks and the recent
+// reconstruction, weights quantized to 8 bits per block and head so that the CUDA kernel can sum
+// on integer tensor cores; see fathom_math.hpp), then per query head the top `keep` tokens outside the sinks and the recent
 // window, unioned over the GQA group with the sinks and the recent tokens, deduplicated and
 // sorted. The CUDA version fuses the scan with a per-block streaming top-k (no score is written
 // to memory unless `scores` is given) and reads host-offloaded planes straight from mapped pinned
@@ -52,6 +53,22 @@ struct PlaneScanWorkspace {
   }
 };
 
+/// Shared-memory plan of one scan block (byte offsets), the same on host and device.
+struct ScanSharedPlan {
+  int units_cap = 0;  ///< plane units one tile holds (the budget)
+  int slots_pad = 0;  ///< channel slots, a multiple of 16
+  int heads_pad = 0;  ///< heads rounded up to even (head pairs of the MMA)
+  int cap = 0;        ///< candidate buffer entries per head
+  int tile_blocks = 0;
+  std::int64_t queries = 0, slot_channel = 0, slot_info = 0, unit_code = 0, words = 0, scales = 0,
+               weights = 0, offsets = 0, shifts = 0, floors = 0, counts = 0, thr = 0, hist = 0,
+               scratch = 0, buf = 0, total = 0;
+  std::int64_t words_stage = 0, scales_stage = 0;  ///< bytes of one pipeline stage
+};
+/// Throws Error (naming top_k and the budget) when it exceeds the scan's shared-memory budget.
+[[nodiscard]] ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget,
+                                              int tile_blocks);
+
 /// Chooses chunks and tile size for a launch on a GPU with `multiprocessors` SMs; `budget` is the
 /// largest sum of depths any stream will use. Throws Error when the candidate buffers of `heads`
 /// x `keep` do not fit in shared memory.
@@ -62,11 +79,18 @@ struct PlaneScanWorkspace {
 void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspace& ws,
                               cudaStream_t stream);
 #endif
-/// CPU twin: identical selection and (when asked) bit-identical scores.
+/// CPU twin: identical selection and (when asked) bit-identical scores (the quantized ones).
 void plane_scan_select_ref(const PlaneScanArgs& args);
 
-/// Approximate scores of tokens [0, n) of stream `s` for every head: out[h * n + i].
+/// REFERENCE.md's partial-read scores in float (cell midpoints, float weights): the definition
+/// the scan approximates. Tokens [0, n) of stream `s` for every head: out[h * n + i].
 void plane_scores_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n, float* out);
+
+/// The scan's scores (fathom_math.hpp "quantized-weight scores": per block and head, 8-bit
+/// weights with a power-of-two scale, exact integer sums). Bit-identical to the CUDA kernel;
+/// plane_scan_select_ref selects on these. Same layout as plane_scores_ref.
+void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n,
+                                float* out);
 
 /// The selection rule over given scores ([heads][n], row stride n): sinks, the recent window and
 /// the top `keep` of the remaining tokens per head under (score desc, position asc), unioned,

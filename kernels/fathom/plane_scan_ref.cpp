@@ -1,6 +1,7 @@
 #include "kernels/fathom/plane_scan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,6 +38,58 @@ void plane_scores_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n,
   }
 }
 
+void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n,
+                                float* out) {
+  const int channels = args.layout.channels, heads = args.heads;
+  const std::uint64_t* words = args.words + s * args.layout.words_per_stream();
+  const std::uint16_t* scales = args.scales + s * args.layout.scales_per_stream();
+  const float* q = args.queries + static_cast<std::int64_t>(s) * heads * channels;
+  const std::uint8_t* depths = args.depths + static_cast<std::int64_t>(s) * channels;
+  std::vector<int> active;
+  for (int j = 0; j < channels; ++j)
+    if (depths[j] > 0) active.push_back(j);
+  const std::size_t na = active.size();
+  std::vector<int> weights(static_cast<std::size_t>(heads) * na), offset(heads), shift(heads);
+  std::vector<std::uint32_t> codes(na);
+  for (std::int64_t b0 = 0; b0 < n; b0 += kBlockTokens) {
+    const std::int64_t block = b0 / kBlockTokens;
+    for (int h = 0; h < heads; ++h) {
+      float max_abs = 0.0f;
+      for (std::size_t k = 0; k < na; ++k) {
+        const float a = f16_to_float(scales[args.layout.scale_index(block, active[k])]);
+        max_abs = std::max(max_abs, std::fabs(q[h * channels + active[k]] * a));
+      }
+      shift[h] = weight_shift(max_abs);
+      int sum = 0;
+      for (std::size_t k = 0; k < na; ++k) {
+        const float a = f16_to_float(scales[args.layout.scale_index(block, active[k])]);
+        const int w = quantize_weight(q[h * channels + active[k]] * a, shift[h]);
+        weights[h * na + k] = w;
+        sum += w * code_offset(depths[active[k]]);
+      }
+      offset[h] = sum;
+    }
+    const std::int64_t end = std::min<std::int64_t>(n, b0 + kBlockTokens);
+    for (std::int64_t i = b0; i < end; ++i) {
+      const int bit = static_cast<int>(i - b0);
+      for (std::size_t k = 0; k < na; ++k) {
+        std::uint32_t code = 0;
+        for (int p = 0; p < kPlanes; ++p)
+          code =
+              (code << 1) | static_cast<std::uint32_t>(
+                                (words[args.layout.word_index(block, active[k], p)] >> bit) & 1u);
+        codes[k] = masked_code(code, depths[active[k]]);
+      }
+      for (int h = 0; h < heads; ++h) {
+        int dot = 0;
+        for (std::size_t k = 0; k < na; ++k)
+          dot += weights[h * na + k] * static_cast<int>(codes[k]);
+        out[h * n + i] = quantized_score(2 * dot + offset[h], shift[h]);
+      }
+    }
+  }
+}
+
 std::int64_t select_from_scores_ref(const float* scores, std::int32_t heads, std::int64_t n,
                                     std::int32_t keep, std::int32_t sinks, std::int32_t recent,
                                     std::int32_t* out) {
@@ -67,7 +120,7 @@ void plane_scan_select_ref(const PlaneScanArgs& args) {
   for (std::int32_t s = 0; s < args.streams; ++s) {
     const std::int64_t n = args.lengths[s];
     scores.assign(static_cast<std::size_t>(n) * args.heads, 0.0f);
-    plane_scores_ref(args, s, n, scores.data());
+    plane_scores_quantized_ref(args, s, n, scores.data());
     if (args.scores) {
       for (int h = 0; h < args.heads; ++h)
         std::copy_n(
@@ -80,6 +133,71 @@ void plane_scan_select_ref(const PlaneScanArgs& args) {
   }
 }
 
+namespace {
+std::int64_t align16(std::int64_t x) {
+  return (x + 15) / 16 * 16;
+}
+}  // namespace
+
+ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_blocks) {
+  ScanSharedPlan m;
+  const int d = args.layout.channels;
+  m.units_cap = std::clamp(budget, 1, kPlanes * d);
+  m.slots_pad = (std::min(d, m.units_cap) + 15) / 16 * 16;
+  m.heads_pad = (args.heads + 1) / 2 * 2;
+  m.tile_blocks = tile_blocks;
+  std::int64_t off = 0;
+  auto take = [&](std::int64_t bytes) {
+    const std::int64_t at = off;
+    off = align16(off + bytes);
+    return at;
+  };
+  const std::int64_t tb = tile_blocks, hp = m.heads_pad, sp = m.slots_pad;
+  m.words_stage = align16(m.units_cap * tb * 8);
+  m.scales_stage = align16(sp * tb * 2);
+  m.words = take(2 * m.words_stage);
+  m.scales = take(2 * m.scales_stage);
+  m.queries = take(hp * sp * 4);
+  // Slot lists sized for every channel: the kernel orders the slots before it can tell that a
+  // plan exceeds the budget it was launched for.
+  const std::int64_t slots_all = (static_cast<std::int64_t>(d) + 15) / 16 * 16;
+  m.slot_channel = take(slots_all * 4);
+  m.slot_info = take(slots_all * 4);
+  m.unit_code = take(static_cast<std::int64_t>(kPlanes) * d * 4);
+  m.weights = take(tb * hp * sp);
+  m.offsets = take(tb * hp * 4);
+  m.shifts = take(tb * hp * 4);
+  m.floors = take(tb * hp * 4);
+  m.counts = take(kMaxGroupHeads * 4);
+  m.thr = take(kMaxGroupHeads * 8);
+  m.hist = take(256 * 4);
+  m.scratch = take(64 * 8);
+  // Candidate buffers: keep + slack entries per head; a round appends at most one round of
+  // tokens, and the slack (2 to 8 rounds) sets how often a buffer is compacted.
+  const auto slack_within = [&](std::int64_t bytes) {
+    const std::int64_t per_head = (bytes - off) / (8 * std::max(1, args.heads));
+    return std::min<std::int64_t>(
+        per_head - args.keep, static_cast<std::int64_t>(kScanSlackRoundsMax) * kScanRoundTokens);
+  };
+  const std::int64_t slack_min = static_cast<std::int64_t>(kScanSlackRoundsMin) * kScanRoundTokens;
+  std::int64_t slack = slack_within(kScanSharedTarget);
+  if (slack < slack_min && slack_within(kScanSharedBudget) >= slack_min) slack = slack_min;
+  if (slack < slack_min)
+    throw Error(
+        "fathom scan: top_k",
+        fmt::format(
+            "{} query heads x keep {} need {} KB of shared memory for the fused "
+            "selection at plane budget {}, more than {} KB",
+            args.heads, args.keep,
+            (off + 8 * static_cast<std::int64_t>(args.heads) * (args.keep + slack_min)) / 1024,
+            budget, kScanSharedBudget / 1024),
+        "lower top_k or the plane budget");
+  m.cap = static_cast<int>(args.keep + slack);
+  m.buf = take(static_cast<std::int64_t>(args.heads) * m.cap * 8);
+  m.total = off;
+  return m;
+}
+
 PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, int multiprocessors) {
   PlaneScanWorkspace ws;
   if (args.heads < 1 || args.heads > kMaxGroupHeads)
@@ -88,41 +206,40 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   if (args.layout.channels < 1 || args.layout.channels > kMaxChannels)
     throw Error("fathom scan: head_dim", fmt::format("head_dim {}", args.layout.channels),
                 fmt::format("use 1..{}", kMaxChannels));
-  // Tile: long runs for host planes, one superblock for HBM; fewer blocks for very large budgets.
+  // Tile: long runs for host planes, one superblock for HBM; fewer blocks for large budgets.
   int tile = args.layout.kind == PlaneLayoutKind::host ? kScanTileBlocksHost : kScanTileBlocksHbm;
-  const std::int64_t units = std::max(1, budget);
-  while (tile > 4 && units * tile * 8 > kScanTileBytesMax) tile /= 2;
-  if (args.layout.kind == PlaneLayoutKind::hbm) tile = std::min(tile, kSuperblockBlocks);
+  const std::int64_t units = std::clamp(budget, 1, kPlanes * args.layout.channels);
+  while (tile > kScanTileBlocksMin && units * tile * 8 > kScanTileBytesMax) tile /= 2;
   ws.tile_blocks = tile;
   ws.budget = budget;
-  const std::int64_t tile_bytes =
-      units * tile * 8 + static_cast<std::int64_t>(args.layout.channels) * tile * 4;
-  const std::int64_t fixed =
-      4096 + static_cast<std::int64_t>(args.heads) * args.layout.channels * 4;
-  const std::int64_t per_head_min =
-      (static_cast<std::int64_t>(args.keep) + 2 * kScanRoundTokens) * 8;
-  if (tile_bytes + fixed + args.heads * per_head_min > kScanSharedBudget)
-    throw Error(
-        "fathom scan: top_k",
-        fmt::format("{} query heads x keep {} needs {} KB of shared memory for the fused "
-                    "selection, more than {} KB",
-                    args.heads, args.keep, (tile_bytes + fixed + args.heads * per_head_min) / 1024,
-                    kScanSharedBudget / 1024),
-        "lower top_k or the plane budget");
+  (void)plan_scan_shared(args, budget, tile);  // throws when the selection does not fit
   std::int64_t tiles_max = 1;
   if (args.max_tokens > 0)
     tiles_max = (args.max_tokens + static_cast<std::int64_t>(tile) * kBlockTokens - 1) /
                 (static_cast<std::int64_t>(tile) * kBlockTokens);
-  const std::int64_t want =
-      (static_cast<std::int64_t>(multiprocessors) * kScanBlocksPerSm + args.streams - 1) /
-      std::max(1, args.streams);
   // Each chunk hands keep candidates per head to the (serial per stream) final merge: give every
   // chunk at least 4 x keep tokens so that the merge never dominates at short contexts.
   const std::int64_t tile_tokens = static_cast<std::int64_t>(tile) * kBlockTokens;
   const std::int64_t min_tiles = std::max<std::int64_t>(
       1, (4 * static_cast<std::int64_t>(args.keep) + tile_tokens - 1) / tile_tokens);
-  ws.chunks = static_cast<std::int32_t>(
-      std::clamp<std::int64_t>(want, 1, std::max<std::int64_t>(1, tiles_max / min_tiles)));
+  const std::int64_t max_chunks = std::max<std::int64_t>(1, tiles_max / min_tiles);
+  // Chunks per stream: fill whole waves of resident scan blocks (a last wave that is mostly
+  // empty nearly doubles the time); among equally good counts take the fewest.
+  const double resident = static_cast<double>(std::max(1, multiprocessors)) * kScanBlocksPerSm;
+  const std::int64_t streams = std::max(1, args.streams);
+  const std::int64_t fill =
+      (static_cast<std::int64_t>(resident) + streams - 1) / streams;  // chunks for one wave
+  std::int64_t best = 1;
+  double best_use = -1;
+  for (std::int64_t c = 1; c <= std::min(max_chunks, 4 * fill); ++c) {
+    const double waves = static_cast<double>(streams * c) / resident;
+    const double use = waves / std::ceil(waves) * std::min(1.0, waves);
+    if (use > best_use + 0.05) {
+      best = c;
+      best_use = use;
+    }
+  }
+  ws.chunks = static_cast<std::int32_t>(best);
   return ws;
 }
 

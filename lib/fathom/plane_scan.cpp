@@ -22,7 +22,8 @@ kf::PlaneScanArgs PlaneScan::args_for(const PlaneStore& store) {
 
 void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stream) {
   HISPARSE_RANGE("fathom_scan_select", Phase::scan);
-  kf::PlaneScanWorkspace ws = kf::plan_scan_workspace(args, budget, multiprocessors_);
+  // Planned on both backends: it also rejects shapes the kernel cannot take.
+  [[maybe_unused]] kf::PlaneScanWorkspace ws = kf::plan_scan_workspace(args, budget, multiprocessors_);
   if (backend_ == Backend::cpu) {
     kf::plane_scan_select_ref(args);
     return;

@@ -1,6 +1,7 @@
 // Fathom CUDA kernels against their CPU twins on random inputs: exact codes, planes and scales;
-// exact depths and theta; bit-identical scores (the arithmetic is ordered identically, fmaf on
-// both sides) and identical selections, for both plane layouts, several lengths and ties.
+// exact depths and theta; bit-identical scores (the scan sums 8-bit weights x masked codes on
+// integer tensor cores, exact, and the twin sums the same integers) and identical selections,
+// for both plane layouts, several lengths, odd shapes and ties.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -148,10 +149,11 @@ struct ScanCase {
   int top_k;
   int budget;
   bool ties;
+  int d = 128;  ///< head_dim
 };
 
 void run_scan_case(const ScanCase& c) {
-  const int d = 128;
+  const int d = c.d;
   const auto streams = static_cast<std::int32_t>(c.lengths.size());
   const std::int64_t cap = *std::max_element(c.lengths.begin(), c.lengths.end());
   PlaneStore cpu(Backend::cpu, c.kind, streams, d, cap);
@@ -247,6 +249,24 @@ TEST(FathomGpu, ScanSelectBreaksTiesByPositionLikeTheTwin) {
   HISPARSE_REQUIRE_GPU();
   run_scan_case({PlaneLayoutKind::hbm, {12000, 50000}, 4, 512, 48, true});
   run_scan_case({PlaneLayoutKind::host, {12000}, 4, 512, 48, true});
+}
+
+// The tensor-core scan (8-bit weights, integer MMAs) on shapes that exercise its padding: an odd
+// number of heads (a half-empty head pair), head_dim 40 (slots not a multiple of 16), one head,
+// tiny budgets, every plane of 64 channels, 8 heads.
+TEST(FathomGpu, ScanSelectMatchesTwinOddShapes) {
+  HISPARSE_REQUIRE_GPU();
+  run_scan_case({PlaneLayoutKind::hbm, {3000, 777, 64}, 3, 256, 48, false, 40});
+  run_scan_case({PlaneLayoutKind::host, {10000, 65}, 1, 100, 7, false, 128});
+  run_scan_case({PlaneLayoutKind::hbm, {4096, 5000}, 8, 128, 256, false, 64});
+  run_scan_case({PlaneLayoutKind::host, {2000}, 4, 64, 1, false, 128});
+}
+
+// One long stream split over many chunks (one per resident scan block) and merged.
+TEST(FathomGpu, ScanSelectMatchesTwinManyChunksPerStream) {
+  HISPARSE_REQUIRE_GPU();
+  run_scan_case({PlaneLayoutKind::host, {262144 + 31}, 4, 512, 48, false});
+  run_scan_case({PlaneLayoutKind::hbm, {200000, 3}, 4, 512, 80, false});
 }
 
 TEST(FathomGpu, SelectorOnGpuEqualsSelectorOnCpu) {

@@ -51,7 +51,7 @@ struct ScanCase {
 
 /// Random queries [streams][heads][d] and per-KV-head variances [kKvHeads][d] spread over three
 /// decades, as the planner sees them.
-void random_plan_inputs(std::int32_t streams, std::vector<float>& q, std::vector<float>& var) {
+[[maybe_unused]] void random_plan_inputs(std::int32_t streams, std::vector<float>& q, std::vector<float>& var) {
   Rng rng(2026);
   q.resize(static_cast<std::size_t>(streams) * kGroupHeads * kHeadDim);
   var.resize(static_cast<std::size_t>(kKvHeads) * kHeadDim);

@@ -1,0 +1,153 @@
+// Register-level pieces of the tensor-core plane scan (mma.sync m16n8k32, u8 codes x s8 weights
+// -> s32), as plain host/device functions so that the CPU tests can emulate a warp with them.
+//
+// One warp scores one 64-token block. Per MMA, K = 32 = 8 channel slots x 4 sub-tokens, M = 16
+// rows, N = 8 = 2 heads x 4 sub-tokens, with token(row m, sub i) = (m / 8) * 32 + m % 8 + 8 i and
+// B block-diagonal over the sub-token: B[(slot c, sub i)][(head e, sub i')] = W[e][c] if i == i'.
+// That choice lets a lane build its A registers straight from 32-bit halves of plane words (bytes
+// = tokens x, x+8, x+16, x+24 of one channel) with no byte transpose: 2 instructions per plane
+// and half word. Lane (g = lane/4, t = lane%4):
+//   a0/a1 = slot t, rows g / g + 8 (half 0 / half 1 of the block, x = g); a2/a3 = slot 4 + t;
+//   b0/b1 = W[head 2P + g/4][slot t / 4 + t] in byte g % 4, zero elsewhere;
+//   c0..c3 = head 2P + t/2, tokens g + 16 (t & 1) + {0, 8, 32, 40}.
+// Slots are the active channels ordered by depth (deepest first, then by channel), so that the
+// four slots a warp builds together have about equal depths; padding slots have depth 0 and
+// weight 0. Weights of one block live in shared memory as [head][t][slot / 4] bytes (slot % 4 =
+// t), so that one 32-bit load gives a lane its b0/b1 of two consecutive k-steps.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/fathom/fathom_math.hpp"
+
+#if defined(__CUDA_ARCH__)
+#define HISPARSE_FRAGMENT_UNROLL _Pragma("unroll")
+#else
+#define HISPARSE_FRAGMENT_UNROLL
+#endif
+
+namespace hisparse::kernels::fathom::mma {
+
+inline constexpr int kSlotsPerStep = 8;   ///< channel slots per k-step
+inline constexpr int kSlotsPerWord = 16;  ///< channel slots per 32-bit weight load (2 k-steps)
+inline constexpr int kMaxPairs = kMaxGroupHeads / 2;
+
+/// Slot metadata word: depth << 16 | first plane unit of the slot in the tile.
+HISPARSE_HD int slot_depth(int info) {
+  return info >> 16;
+}
+HISPARSE_HD int slot_unit(int info) {
+  return info & 0xffff;
+}
+
+/// Orders the active channels of `depths` into slots (deepest first, ascending channel within a
+/// depth). Writes slot_channel[slot], slot_info[slot] and unit_code[unit] = channel << 2 | plane;
+/// returns the number of slots, *units the number of plane units.
+HISPARSE_HD int order_slots(const std::uint8_t* depths, int channels, int* slot_channel,
+                            int* slot_info, int* unit_code, int* units) {
+  int slots = 0, u = 0;
+  for (int d = kPlanes; d >= 1; --d)
+    for (int j = 0; j < channels; ++j) {
+      if (depths[j] != d) continue;
+      slot_channel[slots] = j;
+      slot_info[slots] = (d << 16) | u;
+      for (int p = 0; p < d; ++p) unit_code[u + p] = (j << 2) | p;
+      u += d;
+      ++slots;
+    }
+  *units = u;
+  return slots;
+}
+
+/// Byte offset of W[head][slot] inside one block's weights (slots_pad a multiple of 16).
+HISPARSE_HD int weight_index(int head, int slot, int slots_pad) {
+  return (head * 4 + slot % 4) * (slots_pad / 4) + slot / 4;
+}
+
+/// Rotate right (a funnel shift of the word with itself on the GPU).
+HISPARSE_HD std::uint32_t rotate_right(std::uint32_t v, int k) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(v, v, static_cast<unsigned>(k));
+#else
+  k &= 31;
+  return k == 0 ? v : (v >> k) | (v << (32 - k));
+#endif
+}
+/// Adds plane p of the 4 codes in `acc` (bytes = tokens x + 8 i of a 32-token half): bit x + 8 i
+/// of the plane lands on bit 8 i + 3 - p. The rotation by x + p - 3 never wraps a bit that is
+/// kept (8 i + x lies in 0..31), so one funnel shift and one LOP3 do it.
+HISPARSE_HD std::uint32_t add_code_plane(std::uint32_t acc, std::uint32_t half_word, int x, int p) {
+  return acc | (rotate_right(half_word, (x + p - 3) & 31) & (0x01010101u << (3 - p)));
+}
+
+HISPARSE_HD std::uint32_t byte_permute(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, selector);
+#else
+  const std::uint64_t v = (static_cast<std::uint64_t>(b) << 32) | a;
+  std::uint32_t r = 0;
+  for (int k = 0; k < 4; ++k) {
+    const unsigned s = (selector >> (4 * k)) & 7u;
+    r |= static_cast<std::uint32_t>((v >> (8 * s)) & 0xffu) << (8 * k);
+  }
+  return r;
+#endif
+}
+/// Selector that moves byte `i` of a word into byte `q` and zeroes the other bytes.
+HISPARSE_HD std::uint32_t weight_selector(int i, int q) {
+  return (0x4444u & ~(0xFu << (4 * q))) | (static_cast<std::uint32_t>(i) << (4 * q));
+}
+
+/// A registers of `lane` for k-step `ks` of block `w` of a tile: tile_words[unit * tile_blocks + w].
+HISPARSE_HD void a_fragment(const std::uint64_t* tile_words, int tile_blocks, int w,
+                            const int* slot_info, int ks, int lane, std::uint32_t a[4]) {
+  const int x = lane / 4, t = lane % 4;
+  HISPARSE_FRAGMENT_UNROLL
+  for (int half_slot = 0; half_slot < 2; ++half_slot) {
+    const int info = slot_info[ks * kSlotsPerStep + 4 * half_slot + t];
+    const int depth = slot_depth(info);
+    const std::uint64_t* unit =
+        tile_words + static_cast<std::int64_t>(slot_unit(info)) * tile_blocks + w;
+    std::uint32_t lo = 0, hi = 0;
+    HISPARSE_FRAGMENT_UNROLL
+    for (int p = 0; p < kPlanes; ++p) {
+      if (p < depth) {
+        const std::uint64_t word = unit[static_cast<std::int64_t>(p) * tile_blocks];
+        lo = add_code_plane(lo, static_cast<std::uint32_t>(word), x, p);
+        hi = add_code_plane(hi, static_cast<std::uint32_t>(word >> 32), x, p);
+      }
+    }
+    a[2 * half_slot] = lo;  // bytes are the masked codes: planes past the depth stay 0
+    a[2 * half_slot + 1] = hi;
+  }
+}
+
+/// The 32-bit weight word of `lane` for head-pair `pair` and k-steps 2 ks2, 2 ks2 + 1.
+HISPARSE_HD std::uint32_t weight_word(const std::uint8_t* block_weights, int slots_pad, int pair,
+                                      int ks2, int lane) {
+  const int head = 2 * pair + (lane / 4) / 4, t = lane % 4;
+  std::uint32_t v = 0;
+  const std::uint8_t* p = block_weights + weight_index(head, kSlotsPerWord * ks2 + t, slots_pad);
+#if defined(__CUDA_ARCH__)
+  v = *reinterpret_cast<const std::uint32_t*>(p);
+#else
+  for (int k = 0; k < 4; ++k) v |= static_cast<std::uint32_t>(p[k]) << (8 * k);
+#endif
+  return v;
+}
+/// b0/b1 of k-step 2 ks2 + odd from that word.
+HISPARSE_HD void b_fragment(std::uint32_t word, int odd, int lane, std::uint32_t b[2]) {
+  const int q = (lane / 4) % 4;
+  b[0] = byte_permute(word, 0u, weight_selector(2 * odd, q));
+  b[1] = byte_permute(word, 0u, weight_selector(2 * odd + 1, q));
+}
+
+/// Token (within the block) of accumulator i of `lane`, and its head within the pair.
+HISPARSE_HD int lane_token(int lane, int i) {
+  return lane / 4 + 16 * (lane % 2) + 8 * (i & 1) + 32 * (i >> 1);
+}
+HISPARSE_HD int lane_head(int lane, int pair) {
+  return 2 * pair + (lane % 4) / 2;
+}
+
+}  // namespace hisparse::kernels::fathom::mma
