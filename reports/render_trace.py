@@ -64,12 +64,15 @@ def main():
             colour = (e.get("args", {}).get("colour")
                       or CATEGORY_COLOURS.get(e.get("cat"), "#78909c"))
             height = 0.8 / (1 + 0.35 * depth)
-            ax.broken_barh([(e["ts"] - t0, max(e.get("dur", 0), (t1 - t0) * 1e-4))],
-                           (row - height / 2, height), facecolors=colour, edgecolors="black",
-                           linewidth=0.2)
-            if e.get("dur", 0) > (t1 - t0) * 0.06:
-                ax.text(e["ts"] - t0 + e["dur"] / 2, row, e["name"][:28], ha="center",
-                        va="center", fontsize=6)
+            start = max(e["ts"], t0)  # clipped to the window
+            end = min(e["ts"] + e.get("dur", 0), t1)
+            width = max(end - start, (t1 - t0) * 1e-4)
+            ax.broken_barh([(start - t0, width)], (row - height / 2, height), facecolors=colour,
+                           edgecolors="black", linewidth=0.2)
+            if end - start > (t1 - t0) * 0.08:
+                ax.text(start - t0 + (end - start) / 2, row + 0.25 * depth, e["name"][:40],
+                        ha="center", va="center", fontsize=6, clip_on=True)
+    ax.set_xlim(0, t1 - t0)
     ax.set_yticks(range(len(tracks)))
     ax.set_yticklabels(labels, fontsize=7)
     ax.invert_yaxis()

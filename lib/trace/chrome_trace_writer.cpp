@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <numeric>
 #include <optional>
+#include <set>
 #include <system_error>
 
 #include "core/error.hpp"
@@ -108,6 +111,32 @@ double gbps(std::uint64_t bytes, std::int64_t ns) {
   return ns > 0 ? static_cast<double>(bytes) / static_cast<double>(ns) : 0.0;
 }
 
+/// Tracks of one stream are numbered stream + lane * kLaneStride: CUDA stream ids are small, and
+/// Perfetto reads tids as 32-bit numbers, so lane 1 of stream 18 is tid 1000018.
+constexpr std::uint64_t kLaneStride = 1'000'000;
+
+/// Assigns each activity the first lane of its (device, stream) that is free at its start, so that
+/// no two slices of one track overlap. Lane 0 is the stream itself.
+std::vector<std::uint64_t> stream_lanes(const std::vector<GpuActivity>& activities) {
+  std::vector<std::size_t> order(activities.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return activities[a].start_ns < activities[b].start_ns;
+  });
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<std::int64_t>> lane_end;
+  std::vector<std::uint64_t> track(activities.size());
+  for (const std::size_t i : order) {
+    const GpuActivity& a = activities[i];
+    auto& ends = lane_end[{a.device, a.stream}];
+    std::size_t lane = 0;
+    while (lane < ends.size() && ends[lane] > a.start_ns) ++lane;
+    if (lane == ends.size()) ends.push_back(a.end_ns);
+    ends[lane] = std::max(a.end_ns, a.start_ns);
+    track[i] = a.stream + lane * kLaneStride;
+  }
+  return track;
+}
+
 }  // namespace
 
 void ChromeTraceWriter::add(const Timeline& tl) {
@@ -123,6 +152,10 @@ void ChromeTraceWriter::add(const Timeline& tl) {
   const std::string label = tl.label().empty() ? fmt::format("session {}", index + 1) : tl.label();
   const auto& rec = tl.records();
 
+  // A kernel launched with programmatic dependent launch (the swap-in's copy kernel) starts
+  // before the previous kernel of its stream ends, and one Perfetto track cannot show overlapping
+  // slices: such activities go to an extra lane of their stream (tid = stream + lane * stride).
+  const std::vector<std::uint64_t> track = stream_lanes(tl.activities());
   Session session;
   std::string& out = session.events;
   std::size_t events = 0;
@@ -131,7 +164,7 @@ void ChromeTraceWriter::add(const Timeline& tl) {
     out += '\n';
     return out;
   };
-  auto metadata = [&](const char* what, int pid, std::optional<std::uint32_t> tid,
+  auto metadata = [&](const char* what, int pid, std::optional<std::uint64_t> tid,
                       std::string_view arg_key, auto value) {
     ObjectWriter e(begin_event());
     e.str("ph", "M");
@@ -174,6 +207,17 @@ void ChromeTraceWriter::add(const Timeline& tl) {
              fmt::format("stream {}", s.stream));
     metadata("thread_sort_index", gpu_pid(s.device), s.stream, "sort_index",
              static_cast<std::int64_t>(s.stream));
+  }
+  std::set<std::pair<std::uint32_t, std::uint64_t>> extra_lanes;
+  for (std::size_t i = 0; i < track.size(); ++i)
+    if (track[i] != tl.activities()[i].stream)
+      extra_lanes.emplace(tl.activities()[i].device, track[i]);
+  for (const auto& [device, tid] : extra_lanes) {
+    const auto stream = tid % kLaneStride;
+    metadata("thread_name", gpu_pid(device), tid, "name",
+             fmt::format("stream {} (overlapping launch {})", stream, tid / kLaneStride));
+    metadata("thread_sort_index", gpu_pid(device), tid, "sort_index",
+             static_cast<std::int64_t>(stream));
   }
 
   // NVTX ranges and marks.
@@ -246,7 +290,8 @@ void ChromeTraceWriter::add(const Timeline& tl) {
   }
 
   // GPU activities and flows.
-  for (const auto& act : tl.activities()) {
+  for (std::size_t slot = 0; slot < tl.activities().size(); ++slot) {
+    const GpuActivity& act = tl.activities()[slot];
     const std::int64_t dur = act.end_ns - act.start_ns;
     {
       ObjectWriter e(begin_event());
@@ -267,7 +312,7 @@ void ChromeTraceWriter::add(const Timeline& tl) {
           break;
       }
       e.num("pid", gpu_pid(act.device));
-      e.num("tid", act.stream);
+      e.num("tid", track[slot]);
       e.micros("ts", act.start_ns - origin_ns_);
       e.micros("dur", dur);
       e.key("args");
@@ -328,7 +373,7 @@ void ChromeTraceWriter::add(const Timeline& tl) {
         e.str("name", "launch");
         e.num("id", id);
         e.num("pid", gpu_pid(act.device));
-        e.num("tid", act.stream);
+        e.num("tid", track[slot]);
         e.micros("ts", act.start_ns + dur / 2 - origin_ns_);
       }
     }

@@ -229,6 +229,41 @@ TEST(TraceChromeWriter, SessionsGetTheirOwnProcessesOnOneClock) {
   EXPECT_EQ(doc.at("otherData").at("sessions").at(1).at("label"), "second point");
 }
 
+TEST(TraceChromeWriter, OverlappingKernelsOfOneStreamGetTheirOwnLane) {
+  // A kernel launched with programmatic dependent launch starts before the previous kernel of its
+  // stream ends (the swap-in's resolve and copy kernels, seen on the H200): it must go to a second
+  // track, since one Perfetto track cannot show overlapping slices.
+  TraceRecords r;
+  r.label = "pdl";
+  r.clock = {{1000000000, 50000000000}, {1000100000, 50000100000}};
+  KernelRecord resolve;
+  resolve.start = 1000010000;
+  resolve.end = 1000030000;
+  resolve.stream = 18;
+  resolve.correlation = 1;
+  resolve.name = "resolve";
+  KernelRecord copy = resolve;
+  copy.start = 1000025000;  // starts 5 us before resolve ends
+  copy.end = 1000080000;
+  copy.correlation = 2;
+  copy.name = "copy";
+  KernelRecord next = resolve;  // after both: back on the stream's own track
+  next.start = 1000090000;
+  next.end = 1000095000;
+  next.correlation = 3;
+  next.name = "next";
+  r.kernels = {resolve, copy, next};
+  const auto doc = written(Timeline(std::move(r)));
+  EXPECT_EQ(event_named(doc, "X", "resolve").at("tid"), 18);
+  EXPECT_EQ(event_named(doc, "X", "copy").at("tid"), 1000018);
+  EXPECT_EQ(event_named(doc, "X", "next").at("tid"), 18);
+  std::map<std::uint64_t, std::string> lanes;
+  for (const auto& e : events(doc, "M"))
+    if (e.at("name") == "thread_name") lanes[e.at("tid")] = e.at("args").at("name");
+  EXPECT_EQ(lanes.at(18), "stream 18");
+  EXPECT_EQ(lanes.at(1000018), "stream 18 (overlapping launch 1)");
+}
+
 TEST(TraceChromeWriter, EscapesNamesAndWritesFiles) {
   TraceRecords r;
   r.label = "quote \" backslash \\ tab \t";
