@@ -1,9 +1,11 @@
 #include "kernels/fathom/plane_scan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
@@ -143,8 +145,16 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], const std::uint32_t (&a)[4
 // (block, head) into shared memory (one warp per block, one lane per slot); then every warp
 // scores one 64-token block per round with integer MMAs, and only tokens whose integer sum can
 // beat the head's current threshold take the float path into the candidate buffer.
-__global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
+// THREADS and MIN_BLOCKS come from one kScanVariants entry; MIN_BLOCKS caps the registers.
+// MAX_HEADS (4 or kMaxGroupHeads) sizes the per-head register arrays: a group of <= 4 query heads
+// needs half the accumulators, which keeps the capped variants free of spills.
+template <int THREADS, int MIN_BLOCKS, int MAX_HEADS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     scan_select_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, ScanSharedPlan m) {
+  constexpr int kWarps = THREADS / 32;
+  constexpr int kRoundTokens = scan_round_tokens(THREADS);
+  constexpr int kPairs = MAX_HEADS / 2;
+  static_assert(MAX_HEADS % 2 == 0 && MAX_HEADS <= kMaxGroupHeads);
   extern __shared__ __align__(16) unsigned char smem[];
   auto* words_s = reinterpret_cast<std::uint64_t*>(smem + m.words);
   auto* scales_s = reinterpret_cast<std::uint16_t*>(smem + m.scales);
@@ -167,12 +177,15 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
   const int d = a.layout.channels, heads = a.heads, tb = m.tile_blocks;
   const int sp = m.slots_pad, hp = m.heads_pad, pairs = m.heads_pad / 2;
   const std::int64_t n = a.lengths[s];
-  const std::int64_t nb = (n + kBlockTokens - 1) / kBlockTokens;
-  const std::int64_t tiles = (nb + tb - 1) / tb;
-  const std::int64_t tile_begin = tiles * chunk / ws.chunks,
-                     tile_end = tiles * (chunk + 1) / ws.chunks;
-  const std::int64_t first_eligible = n < a.sinks ? n : a.sinks;
-  const std::int64_t end_eligible = n - a.recent > first_eligible ? n - a.recent : first_eligible;
+  // Positions fit in 31 bits (selection keys and the final merge hold them as int): block,
+  // tile and token indices are kept in 32-bit registers.
+  const int nb = static_cast<int>((n + kBlockTokens - 1) / kBlockTokens);
+  const int tiles = (nb + tb - 1) / tb;
+  const int tile_begin = static_cast<int>(static_cast<std::int64_t>(tiles) * chunk / ws.chunks),
+            tile_end = static_cast<int>(static_cast<std::int64_t>(tiles) * (chunk + 1) / ws.chunks);
+  const int first_eligible = static_cast<int>(n < a.sinks ? n : a.sinks);
+  const int end_eligible =
+      static_cast<int>(n - a.recent > first_eligible ? n - a.recent : first_eligible);
   const std::uint64_t* words = a.words + s * a.layout.words_per_stream();
   const std::uint16_t* scales = a.scales + s * a.layout.scales_per_stream();
   const std::int64_t count_base = (static_cast<std::int64_t>(s) * heads) * ws.chunks + chunk;
@@ -183,19 +196,18 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
                                   slot_info, unit_code, &units);
     scratch[1] = units;
   }
-  for (int h = tid; h < kMaxGroupHeads; h += kScanThreads) {
+  for (int h = tid; h < kMaxGroupHeads; h += THREADS) {
     counts[h] = 0;
     thr[h] = 0;
   }
   __syncthreads();
   const int n_slots = scratch[0], n_units = scratch[1];
   if (n_units > m.units_cap) {  // depths exceed the budget the launch was sized for
-    for (int h = tid; h < heads; h += kScanThreads)
-      ws.candidate_counts[count_base + h * ws.chunks] = -1;
+    for (int h = tid; h < heads; h += THREADS) ws.candidate_counts[count_base + h * ws.chunks] = -1;
     return;
   }
-  for (int i = n_slots + tid; i < sp; i += kScanThreads) slot_info[i] = 0;  // depth 0 padding
-  for (int i = tid; i < hp * sp; i += kScanThreads) {
+  for (int i = n_slots + tid; i < sp; i += THREADS) slot_info[i] = 0;  // depth 0 padding
+  for (int i = tid; i < hp * sp; i += THREADS) {
     const int h = i / sp, sl = i % sp;
     qs[i] = h < heads && sl < n_slots
                 ? a.queries[(static_cast<std::int64_t>(s) * heads + h) * d + slot_channel[sl]]
@@ -205,13 +217,13 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
 
   // Stage one tile: 16-byte pieces of tb words per active (channel, plane) and tb scales per
   // slot. Pieces of blocks past the stream's end are skipped (never read).
-  auto stage = [&](std::int64_t tile, int st) {
-    const std::int64_t b0 = tile * tb;
+  auto stage = [&](int tile, int st) {
+    const int b0 = tile * tb;
     std::uint64_t* dst_w = words_s + st * (m.words_stage / 8);
     const int pieces_w = tb / 2;
-    for (int i = tid; i < n_units * pieces_w; i += kScanThreads) {
+    for (int i = tid; i < n_units * pieces_w; i += THREADS) {
       const int u = i / pieces_w, c = i % pieces_w;
-      const std::int64_t b = b0 + 2 * c;
+      const int b = b0 + 2 * c;
       if (b < nb) {
         const int code = unit_code[u];
         cp_async16(dst_w + u * tb + 2 * c, words + a.layout.word_index(b, code >> 2, code & 3));
@@ -219,9 +231,9 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
     }
     std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);
     const int pieces_s = tb / 8;
-    for (int i = tid; i < n_slots * pieces_s; i += kScanThreads) {
+    for (int i = tid; i < n_slots * pieces_s; i += THREADS) {
       const int sl = i / pieces_s, c = i % pieces_s;
-      const std::int64_t b = b0 + 8 * c;
+      const int b = b0 + 8 * c;
       if (b < nb)
         cp_async16(dst_s + sl * tb + 8 * c, scales + a.layout.scale_index(b, slot_channel[sl]));
     }
@@ -232,23 +244,23 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
   // per block, one lane per slot, every head in registers. Slots past 16 x steps are never read.
   const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
   const int slots_read = steps2 * mma::kSlotsPerWord;
-  auto prep = [&](std::int64_t tile, int st) {
+  auto prep = [&](int tile, int st) {
     const std::uint16_t* sc = scales_s + st * (m.scales_stage / 2);
-    for (int w = warp; w < tb; w += kScanWarps) {
+    for (int w = warp; w < tb; w += kWarps) {
       if (tile * tb + w >= nb) continue;
       auto* wb = reinterpret_cast<std::int8_t*>(wts) + static_cast<std::int64_t>(w) * hp * sp;
-      float max_abs[kMaxGroupHeads];
+      float max_abs[MAX_HEADS];
 #pragma unroll
-      for (int h = 0; h < kMaxGroupHeads; ++h) max_abs[h] = 0.0f;
+      for (int h = 0; h < MAX_HEADS; ++h) max_abs[h] = 0.0f;
       for (int sl = lane; sl < n_slots; sl += 32) {
         const float scale = f16_to_float(sc[sl * tb + w]);
 #pragma unroll
-        for (int h = 0; h < kMaxGroupHeads; ++h)
+        for (int h = 0; h < MAX_HEADS; ++h)
           if (h < hp) max_abs[h] = fmaxf(max_abs[h], fabsf(qs[h * sp + sl] * scale));
       }
-      int shift[kMaxGroupHeads], part[kMaxGroupHeads];
+      int shift[MAX_HEADS], part[MAX_HEADS];
 #pragma unroll
-      for (int h = 0; h < kMaxGroupHeads; ++h) {
+      for (int h = 0; h < MAX_HEADS; ++h) {
         shift[h] = kNoWeights;
         part[h] = 0;
         if (h < hp)
@@ -260,7 +272,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
         const float scale = live ? f16_to_float(sc[sl * tb + w]) : 0.0f;
         const int offset = code_offset(mma::slot_depth(slot_info[sl]));
 #pragma unroll
-        for (int h = 0; h < kMaxGroupHeads; ++h) {
+        for (int h = 0; h < MAX_HEADS; ++h) {
           if (h < hp) {
             const int wq = live ? quantize_weight(qs[h * sp + sl] * scale, shift[h]) : 0;
             part[h] += wq * offset;
@@ -270,7 +282,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
       }
       int my_offset = 0, my_shift = kNoWeights;
 #pragma unroll
-      for (int h = 0; h < kMaxGroupHeads; ++h) {
+      for (int h = 0; h < MAX_HEADS; ++h) {
         if (h < hp) {
           const int sum = __reduce_add_sync(0xffffffffu, part[h]);
           if (lane == h) {
@@ -295,25 +307,25 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
   };
 
   // One warp scores block w of the staged tile and appends its candidates.
-  auto score_block = [&](std::int64_t tile, int st, int w) {
+  auto score_block = [&](int tile, int st, int w) {
     const std::uint64_t* tw = words_s + st * (m.words_stage / 8);
     const std::uint8_t* wb = wts + static_cast<std::int64_t>(w) * hp * sp;
-    int acc[mma::kMaxPairs][4];
+    int acc[kPairs][4];
 #pragma unroll
-    for (int p = 0; p < mma::kMaxPairs; ++p)
+    for (int p = 0; p < kPairs; ++p)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[p][i] = 0;
     for (int ks2 = 0; ks2 < steps2; ++ks2) {
-      std::uint32_t wword[mma::kMaxPairs];
+      std::uint32_t wword[kPairs];
 #pragma unroll
-      for (int p = 0; p < mma::kMaxPairs; ++p)
+      for (int p = 0; p < kPairs; ++p)
         wword[p] = p < pairs ? mma::weight_word(wb, sp, p, ks2, lane) : 0u;
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
         std::uint32_t af[4];
         mma::a_fragment(tw, tb, w, slot_info, 2 * ks2 + odd, lane, af);
 #pragma unroll
-        for (int p = 0; p < mma::kMaxPairs; ++p) {
+        for (int p = 0; p < kPairs; ++p) {
           if (p < pairs) {
             std::uint32_t bf[2];
             mma::b_fragment(wword[p], odd, lane, bf);
@@ -322,9 +334,9 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
         }
       }
     }
-    const std::int64_t base = (tile * tb + w) * kBlockTokens;
+    const int base = (tile * tb + w) * kBlockTokens;
 #pragma unroll
-    for (int p = 0; p < mma::kMaxPairs; ++p) {
+    for (int p = 0; p < kPairs; ++p) {
       const int h = mma::lane_head(lane, p);
       if (p >= pairs || h >= heads) continue;
       const int e = w * hp + h;
@@ -332,7 +344,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int dot = acc[p][i];
-        const std::int64_t token = base + mma::lane_token(lane, i);
+        const int token = base + mma::lane_token(lane, i);
         if (a.scores && token < n)
           a.scores[(static_cast<std::int64_t>(s) * heads + h) * a.max_tokens + token] =
               quantized_score(2 * dot + offset, shift);
@@ -347,7 +359,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
 
   if (tile_begin < tile_end) stage(tile_begin, 0);
   int it = 0;
-  for (std::int64_t tile = tile_begin; tile < tile_end; ++tile, ++it) {
+  for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
     const int st = it & 1;
     if (tile + 1 < tile_end) {
       stage(tile + 1, st ^ 1);  // that buffer was last read before the previous tile's end
@@ -358,14 +370,14 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
     __syncthreads();
     prep(tile, st);
     __syncthreads();
-    for (int r = 0; r < tb / kScanWarps; ++r) {
-      const int w = r * kScanWarps + warp;
+    for (int r = 0; r < tb / kWarps; ++r) {
+      const int w = r * kWarps + warp;
       if (tile * tb + w < nb) score_block(tile, st, w);
       __syncthreads();
       for (int h = 0; h < heads; ++h) {
-        if (counts[h] > m.cap - kScanRoundTokens) {
+        if (counts[h] > m.cap - kRoundTokens) {
           const std::uint64_t kth =
-              compact_top<kScanThreads>(buf + h * m.cap, &counts[h], a.keep, hist, scratch);
+              compact_top<THREADS>(buf + h * m.cap, &counts[h], a.keep, hist, scratch);
           if (tid == 0) thr[h] = kth;
           __syncthreads();
         }
@@ -375,11 +387,11 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm)
   }
   for (int h = 0; h < heads; ++h) {
     if (counts[h] > a.keep)
-      compact_top<kScanThreads>(buf + h * m.cap, &counts[h], a.keep, hist, scratch);
+      compact_top<THREADS>(buf + h * m.cap, &counts[h], a.keep, hist, scratch);
     const int c = counts[h];
     std::uint64_t* out =
         ws.candidates + (count_base + static_cast<std::int64_t>(h) * ws.chunks) * a.keep;
-    for (int i = tid; i < c; i += kScanThreads) out[i] = buf[h * m.cap + i];
+    for (int i = tid; i < c; i += THREADS) out[i] = buf[h * m.cap + i];
     if (tid == 0) ws.candidate_counts[count_base + h * ws.chunks] = c;
   }
 }
@@ -498,12 +510,43 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   if (tid == 0) a.selected_count[s] = written;
 }
 
+using ScanKernel = void (*)(PlaneScanArgs, PlaneScanWorkspace, ScanSharedPlan);
+
+// The kernel instance of every kScanVariants entry, in order.
+template <int MAX_HEADS, std::size_t... I>
+constexpr std::array<ScanKernel, sizeof...(I)> scan_kernel_table(std::index_sequence<I...>) {
+  return {&scan_select_kernel<kScanVariants[I].threads,
+                              scan_blocks_per_sm(kScanVariants[I], MAX_HEADS), MAX_HEADS>...};
+}
+constexpr auto kVariantIndices =
+    std::make_index_sequence<static_cast<std::size_t>(kScanVariantCount)>();
+constexpr auto kScanKernelsUpTo4Heads = scan_kernel_table<4>(kVariantIndices);
+constexpr auto kScanKernelsUpTo8Heads = scan_kernel_table<kMaxGroupHeads>(kVariantIndices);
+
+ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant) {
+  const auto v = static_cast<std::size_t>(variant);
+  return args.heads <= 4 ? kScanKernelsUpTo4Heads[v] : kScanKernelsUpTo8Heads[v];
+}
+
 }  // namespace
+
+int plane_scan_resident_blocks(const PlaneScanArgs& args, const PlaneScanWorkspace& ws) {
+  check_scan_variant(ws.variant, "fathom scan: workspace variant");
+  const ScanSharedPlan scan = plan_scan_shared(args, ws.budget, ws.tile_blocks, ws.variant);
+  const ScanKernel kernel = scan_kernel_for(args, ws.variant);
+  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(scan.total)));
+  int blocks = 0;
+  HISPARSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, kernel, scan.threads, static_cast<std::size_t>(scan.total)));
+  return blocks;
+}
 
 void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspace& ws,
                               cudaStream_t stream) {
   if (args.streams == 0) return;
-  const ScanSharedPlan scan = plan_scan_shared(args, ws.budget, ws.tile_blocks);
+  check_scan_variant(ws.variant, "fathom scan: workspace variant");
+  const ScanSharedPlan scan = plan_scan_shared(args, ws.budget, ws.tile_blocks, ws.variant);
   if (reinterpret_cast<std::uintptr_t>(args.words) % 16 != 0 ||
       reinterpret_cast<std::uintptr_t>(args.scales) % 16 != 0)
     throw Error("fathom scan: planes", "plane words or scales are not 16-byte aligned",
@@ -519,14 +562,14 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
                     std::to_string(args.keep) + " needs " + std::to_string(fin.total / 1024) +
                     " KB of shared memory",
                 "lower top_k");
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(scan_select_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const ScanKernel kernel = scan_kernel_for(args, ws.variant);
+  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(scan.total)));
   HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
       finalize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fin.total)));
   const dim3 grid(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(args.streams));
-  scan_select_kernel<<<grid, kScanThreads, static_cast<std::size_t>(scan.total), stream>>>(args, ws,
-                                                                                           scan);
+  kernel<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
+           stream>>>(args, ws, scan);
   HISPARSE_CUDA_CHECK_LAUNCH();
   finalize_kernel<<<static_cast<unsigned>(args.streams), kFinalizeThreads,
                     static_cast<std::size_t>(fin.total), stream>>>(args, ws, fin);

@@ -42,6 +42,7 @@ struct PlaneScanArgs {
 struct PlaneScanWorkspace {
   std::int32_t chunks = 1;                   ///< scan blocks per stream
   std::int32_t tile_blocks = 16;             ///< quantization blocks per tile
+  std::int32_t variant = 0;                  ///< index into kScanVariants (plane_scan_config.hpp)
   std::int32_t budget = 0;                   ///< largest sum of depths of any stream
   std::uint64_t* candidates = nullptr;       ///< [streams][heads][chunks][keep]
   std::int32_t* candidate_counts = nullptr;  ///< [streams][heads][chunks]
@@ -60,24 +61,34 @@ struct ScanSharedPlan {
   int heads_pad = 0;  ///< heads rounded up to even (head pairs of the MMA)
   int cap = 0;        ///< candidate buffer entries per head
   int tile_blocks = 0;
+  int threads = 0;  ///< threads per scan block (the variant's)
   std::int64_t queries = 0, slot_channel = 0, slot_info = 0, unit_code = 0, words = 0, scales = 0,
                weights = 0, offsets = 0, shifts = 0, floors = 0, counts = 0, thr = 0, hist = 0,
                scratch = 0, buf = 0, total = 0;
   std::int64_t words_stage = 0, scales_stage = 0;  ///< bytes of one pipeline stage
 };
 /// Throws Error (naming top_k and the budget) when it exceeds the scan's shared-memory budget.
+/// `variant` indexes kScanVariants (threads per block, shared-memory target, slack).
 [[nodiscard]] ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget,
-                                              int tile_blocks);
+                                              int tile_blocks, int variant = 0);
 
 /// Chooses chunks and tile size for a launch on a GPU with `multiprocessors` SMs; `budget` is the
-/// largest sum of depths any stream will use. Throws Error when the candidate buffers of `heads`
-/// x `keep` do not fit in shared memory.
+/// largest sum of depths any stream will use; `variant` indexes kScanVariants. Throws Error when
+/// the variant does not exist or the candidate buffers of `heads` x `keep` do not fit in shared
+/// memory.
 [[nodiscard]] PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget,
-                                                     int multiprocessors);
+                                                     int multiprocessors, int variant = 0);
+
+/// Throws Error naming `where` unless 0 <= variant < kScanVariantCount.
+void check_scan_variant(int variant, const char* where);
 
 #if HISPARSE_WITH_CUDA
 void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspace& ws,
                               cudaStream_t stream);
+/// Scan blocks of this launch that the device can hold per SM (occupancy calculator: registers,
+/// shared memory and threads of ws.variant's kernel).
+[[nodiscard]] int plane_scan_resident_blocks(const PlaneScanArgs& args,
+                                             const PlaneScanWorkspace& ws);
 #endif
 /// CPU twin: identical selection and (when asked) bit-identical scores (the quantized ones).
 void plane_scan_select_ref(const PlaneScanArgs& args);

@@ -1,36 +1,64 @@
-// Tuning constants of the fused plane scan + selection kernels (sm_90: 228 KB shared memory per
-// SM).
+// Tuning constants of the fused plane scan + selection kernels (sm_90: 228 KB shared memory and
+// 64K registers per SM).
 #pragma once
 
 #include <cstdint>
 
 namespace hisparse::kernels::fathom {
 
-inline constexpr int kScanThreads = 256;  ///< 8 warps; a warp scores one 64-token block at a time
-inline constexpr int kScanWarps = kScanThreads / 32;
-/// Tokens one round of the block scores (every warp one block); candidate buffers are checked
-/// for compaction after every round.
-inline constexpr int kScanRoundTokens = kScanWarps * 64;
-/// Shared memory of one scan block: the candidate buffers grow to use the target (2 blocks per
-/// SM, which is also what the registers allow; a larger slack means fewer compactions), and may
-/// use up to the budget for large top_k.
-inline constexpr std::int64_t kScanSharedTarget = 110 * 1024;
+/// One residency choice of the scan kernel. Latency (not bandwidth or instruction count) bounds
+/// the HBM scan at 2 blocks x 8 warps per SM, so the variants trade tile length, candidate slack
+/// and registers for more resident warps. Every variant computes the same scores and selection.
+struct ScanVariant {
+  int threads;           ///< threads per scan block: a warp scores one 64-token block per round
+  int blocks_per_sm;     ///< __launch_bounds__ minimum blocks (register cap) and chunking residency
+  int tile_blocks_hbm;   ///< blocks per tile for HBM planes (divides a 16-block superblock)
+  int tile_blocks_host;  ///< blocks per tile for host planes (longer PCIe runs)
+  std::int64_t shared_target;  ///< bytes one block may use before candidate slack is cut
+  int slack_rounds_min;        ///< candidate slack per head, in rounds of the block
+};
+
+/// Index 0 is the default. Shared-memory targets leave 1 KB per block of the SM's 228 KB for the
+/// runtime; registers per thread are capped at 64K / (threads x blocks_per_sm). Every entry
+/// compiles without register spills (ptxas -v); 24 warps per SM (256 x 3, 80 registers) spill
+/// 24-80 bytes and 32 warps (256 x 4, 64 registers) 76-160 bytes, so they are not offered.
+inline constexpr ScanVariant kScanVariants[] = {
+    {256, 2, 16, 64, 110 * 1024, 2},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
+    {128, 4, 8, 16, 54 * 1024, 1},    // 1: 16 warps/SM in 4-warp blocks (cheaper barriers)
+    {128, 5, 8, 16, 43 * 1024, 1},    // 2: 20 warps/SM in 4-warp blocks, <= 96 registers
+};
+inline constexpr int kScanVariantCount =
+    static_cast<int>(sizeof(kScanVariants) / sizeof(kScanVariants[0]));
+
+/// Blocks per SM the kernel is compiled for (its __launch_bounds__ minimum): groups of more than
+/// 4 query heads need twice the per-head registers and candidate buffers, so their instances
+/// keep the 128-register cap (512 threads per SM).
+constexpr int scan_blocks_per_sm(const ScanVariant& v, int heads) {
+  const int wide_cap = 512 / v.threads;
+  return heads <= 4 || v.blocks_per_sm < wide_cap ? v.blocks_per_sm : wide_cap;
+}
+
+/// Shared memory of one SM (sm_90) and what the runtime reserves per resident block.
+inline constexpr std::int64_t kSharedPerSm = 228 * 1024;
+inline constexpr std::int64_t kSharedReservedPerBlock = 1024;
+
+/// Shared memory a block may grow to when its target leaves less than the minimum slack (large
+/// top_k; the residency of the variant is then not reached).
 inline constexpr std::int64_t kScanSharedBudget = 200 * 1024;
-/// Candidate slack per head: at least 2 rounds, at most 8.
-inline constexpr int kScanSlackRoundsMin = 2;
+/// Candidate slack per head: at most 8 rounds (more only delays the threshold's rise).
 inline constexpr int kScanSlackRoundsMax = 8;
 /// Plane bytes of one pipeline stage at most (tile blocks are lowered for large budgets).
 inline constexpr std::int64_t kScanTileBytesMax = 32 * 1024;
-/// Blocks per tile (a multiple of 8): host-offloaded planes are read in runs of tile_blocks x 8
-/// bytes per (channel, plane), so longer tiles give longer PCIe reads (512 B at 64 blocks; the
-/// larger tile may leave one scan block per SM, which the PCIe-bound host scan does not need);
-/// HBM tiles stay inside one 16-block superblock.
-inline constexpr int kScanTileBlocksHbm = 16;
-inline constexpr int kScanTileBlocksHost = 64;
+/// Tiles are a multiple of 8 blocks (16-byte pieces of scales, whole rounds of 8 warps); host
+/// planes are read in runs of tile_blocks x 8 bytes per (channel, plane); HBM tiles stay inside
+/// one 16-block superblock.
 inline constexpr int kScanTileBlocksMin = 8;
-/// Scan blocks resident per SM (117 registers x 256 threads, about 100 KB shared memory): the
-/// chunking fills whole waves of them.
-inline constexpr int kScanBlocksPerSm = 2;
 inline constexpr int kFinalizeThreads = 512;
+
+/// Tokens one round of a block of `threads` scores (every warp one 64-token block); candidate
+/// buffers are checked for compaction after every round.
+constexpr int scan_round_tokens(int threads) {
+  return threads / 32 * 64;
+}
 
 }  // namespace hisparse::kernels::fathom

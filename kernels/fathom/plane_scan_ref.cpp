@@ -139,8 +139,20 @@ std::int64_t align16(std::int64_t x) {
 }
 }  // namespace
 
-ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_blocks) {
+void check_scan_variant(int variant, const char* where) {
+  if (variant < 0 || variant >= kScanVariantCount)
+    throw Error(
+        where, fmt::format("scan variant {} does not exist", variant),
+        fmt::format("use 0..{} (kScanVariants in plane_scan_config.hpp)", kScanVariantCount - 1));
+}
+
+ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_blocks,
+                                int variant) {
+  check_scan_variant(variant, "fathom scan: variant");
+  const ScanVariant& v = kScanVariants[variant];
+  const std::int64_t round_tokens = scan_round_tokens(v.threads);
   ScanSharedPlan m;
+  m.threads = v.threads;
   const int d = args.layout.channels;
   m.units_cap = std::clamp(budget, 1, kPlanes * d);
   m.slots_pad = (std::min(d, m.units_cap) + 15) / 16 * 16;
@@ -176,11 +188,11 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   // tokens, and the slack (2 to 8 rounds) sets how often a buffer is compacted.
   const auto slack_within = [&](std::int64_t bytes) {
     const std::int64_t per_head = (bytes - off) / (8 * std::max(1, args.heads));
-    return std::min<std::int64_t>(
-        per_head - args.keep, static_cast<std::int64_t>(kScanSlackRoundsMax) * kScanRoundTokens);
+    return std::min<std::int64_t>(per_head - args.keep,
+                                  static_cast<std::int64_t>(kScanSlackRoundsMax) * round_tokens);
   };
-  const std::int64_t slack_min = static_cast<std::int64_t>(kScanSlackRoundsMin) * kScanRoundTokens;
-  std::int64_t slack = slack_within(kScanSharedTarget);
+  const std::int64_t slack_min = static_cast<std::int64_t>(v.slack_rounds_min) * round_tokens;
+  std::int64_t slack = slack_within(v.shared_target);
   if (slack < slack_min && slack_within(kScanSharedBudget) >= slack_min) slack = slack_min;
   if (slack < slack_min)
     throw Error(
@@ -198,8 +210,12 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   return m;
 }
 
-PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, int multiprocessors) {
+PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, int multiprocessors,
+                                       int variant) {
+  check_scan_variant(variant, "fathom scan: variant");
+  const ScanVariant& v = kScanVariants[variant];
   PlaneScanWorkspace ws;
+  ws.variant = variant;
   if (args.heads < 1 || args.heads > kMaxGroupHeads)
     throw Error("fathom scan: heads", fmt::format("{} query heads per KV head", args.heads),
                 fmt::format("use 1..{}", kMaxGroupHeads));
@@ -207,12 +223,17 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
     throw Error("fathom scan: head_dim", fmt::format("head_dim {}", args.layout.channels),
                 fmt::format("use 1..{}", kMaxChannels));
   // Tile: long runs for host planes, one superblock for HBM; fewer blocks for large budgets.
-  int tile = args.layout.kind == PlaneLayoutKind::host ? kScanTileBlocksHost : kScanTileBlocksHbm;
+  int tile = args.layout.kind == PlaneLayoutKind::host ? v.tile_blocks_host : v.tile_blocks_hbm;
   const std::int64_t units = std::clamp(budget, 1, kPlanes * args.layout.channels);
   while (tile > kScanTileBlocksMin && units * tile * 8 > kScanTileBytesMax) tile /= 2;
   ws.tile_blocks = tile;
   ws.budget = budget;
-  (void)plan_scan_shared(args, budget, tile);  // throws when the selection does not fit
+  // Throws when the selection does not fit; a plan above the variant's target (large top_k)
+  // holds fewer blocks per SM than the variant was compiled for.
+  const std::int64_t shared = plan_scan_shared(args, budget, tile, variant).total;
+  const auto blocks_per_sm = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(scan_blocks_per_sm(v, args.heads),
+                                kSharedPerSm / (shared + kSharedReservedPerBlock)));
   std::int64_t tiles_max = 1;
   if (args.max_tokens > 0)
     tiles_max = (args.max_tokens + static_cast<std::int64_t>(tile) * kBlockTokens - 1) /
@@ -225,13 +246,15 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   const std::int64_t max_chunks = std::max<std::int64_t>(1, tiles_max / min_tiles);
   // Chunks per stream: fill whole waves of resident scan blocks (a last wave that is mostly
   // empty nearly doubles the time); among equally good counts take the fewest.
-  const double resident = static_cast<double>(std::max(1, multiprocessors)) * kScanBlocksPerSm;
+  const double resident =
+      static_cast<double>(std::max(1, multiprocessors)) * static_cast<double>(blocks_per_sm);
   const std::int64_t streams = std::max(1, args.streams);
   const std::int64_t fill =
       (static_cast<std::int64_t>(resident) + streams - 1) / streams;  // chunks for one wave
   std::int64_t best = 1;
   double best_use = -1;
-  for (std::int64_t c = 1; c <= std::min(max_chunks, 4 * fill); ++c) {
+  // At most two waves: every chunk adds keep candidates per head to the per-stream merge.
+  for (std::int64_t c = 1; c <= std::min(max_chunks, 2 * fill); ++c) {
     const double waves = static_cast<double>(streams * c) / resident;
     const double use = waves / std::ceil(waves) * std::min(1.0, waves);
     if (use > best_use + 0.05) {

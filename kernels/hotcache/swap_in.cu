@@ -15,6 +15,7 @@
 // The copy kernel is launched with programmatic dependent launch, so its launch overlaps the
 // resolve kernel; it waits on griddepcontrol before reading the plan. Tuning and the figures
 // behind it: swap_in_config.hpp, reports/hotcache_tuning.md.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda_check.hpp"
@@ -130,12 +131,62 @@ __device__ __forceinline__ void load_items(const std::int32_t* src, int first, i
   for (int j = 0; j < kItems; ++j) v[j] = first + j < n ? src[first + j] : -1;
 }
 
+static_assert(kItems == 4, "the hit-word shuffle assumes 4 slots per thread");
+
+// Token -> value-word table of one row: the shared-memory hash of the selection, or (direct) one
+// word per token of the sequence, indexed by the token itself: no hashing and no probe loops.
+// Both hold the same words, so the phases below do not care which one a row uses.
+struct SelectionTable {
+  std::int32_t* keys;  // hash only
+  std::uint32_t* vals;
+  std::uint32_t mask;  // hash only
+  bool direct;
+
+  __device__ __forceinline__ void insert(std::int32_t pos, int index) const {
+    if (direct) {
+      atomicMin(&vals[pos], (static_cast<std::uint32_t>(index) << 16) | kNoSlot);
+    } else {
+      hash_insert(keys, vals, mask, pos, index);
+    }
+  }
+  // Word index of `key` (0 <= key < seq_len, key != newest, inserted or not), -1 when absent.
+  __device__ __forceinline__ int find(std::int32_t key) const {
+    if (direct) return vals[key] != 0xffffffffu ? key : -1;
+    return hash_find(keys, mask, key);
+  }
+};
+
+// Phase stamp (diagnostic, kTimed only): a block barrier, then thread 0 of block 0 writes the
+// global timer (ns) and the SM clock.
+template <bool kTimed>
+__device__ __forceinline__ void phase_stamp(const SwapInArgs& a, int k) {
+  if constexpr (kTimed) {
+    __syncthreads();
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      const long long clock = clock64();
+      std::uint64_t ns = 0;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+      a.phase_stamps[k] = ns;
+      a.phase_stamps[kSwapInPhaseStamps + k] = static_cast<std::uint64_t>(clock);
+    }
+  } else {
+    (void)a;
+    (void)k;
+  }
+}
+
 // Resolve, one block per batch row. Thread t owns entries t*kItems .. t*kItems+kItems-1 of each
 // tile of kResolveThreads*kItems selection entries / hot slots (a blocked layout, so one block
 // scan per tile numbers misses and evictable slots in order). The first tile of the selection,
 // the slot table and the LRU order is loaded up front, so that the kernel waits for device
 // memory about twice (inputs, then the request's tables) rather than once per loop iteration.
-__global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapInArgs a) {
+// direct_tokens > 0 (ResolvePath::direct): rows of at most direct_tokens tokens use the direct
+// table, and the hit bits of every row are built by warp shuffles instead of shared atomics.
+// kTimed: phase stamps (diagnostic build; results unchanged).
+template <bool kTimed>
+__global__ void __launch_bounds__(cfg::kResolveThreads, 1)
+    swap_in_resolve(SwapInArgs a, int direct_tokens) {
+  phase_stamp<kTimed>(a, 0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Let the copy kernel's blocks be scheduled now; they wait for this grid before reading.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -170,6 +221,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
   if (b >= num_real) {  // padding row (uniform across the block)
     for (int i = tid; i < top_k; i += nt) out[i] = -1;
     if (tid == 0) write_row_stats(a, b, 0, 0);
+    phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
     return;
   }
   const std::int32_t base = r * (hot + 1);
@@ -177,9 +229,12 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
   const int capacity = hash_capacity(top_k);
   const auto mask = static_cast<std::uint32_t>(capacity - 1);
   const int words = (hot + 31) / 32;
+  const bool fast = direct_tokens > 0;
+  const int table_words =
+      fast ? max(2 * capacity, direct_tokens) : 2 * capacity;  // 4-byte words before hit_bits
   auto* keys = reinterpret_cast<std::int32_t*>(smem);
   auto* vals = reinterpret_cast<std::uint32_t*>(keys + capacity);
-  auto* hit_bits = vals + capacity;
+  auto* hit_bits = reinterpret_cast<std::uint32_t*>(smem) + table_words;
   int* scratch = reinterpret_cast<int*>(hit_bits + words);  // [0, 66) scans, 66 hits, 67 valid
   int* bucket = scratch + kSwapInScratchInts;
   auto* new_lru = reinterpret_cast<std::uint16_t*>(bucket + kSwapInBuckets);
@@ -202,6 +257,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
     int valid = 0;
     block_exclusive_sum(my_valid, scratch, parity, valid);
     if (tid == 0) write_row_stats(a, b, valid, 0);
+    phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
     return;
   }
 
@@ -216,17 +272,33 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
                             : (a.batch >= cfg::kLargeBatch ? cfg::kSortMissesFrom : 0);
   int shift = 0;  // bucket of a token: token >> shift < kSwapInBuckets
   while (((seq_len - 1) >> shift) >= kSwapInBuckets) ++shift;
+  const bool direct = fast && seq_len <= direct_tokens;
+  const SelectionTable table{keys, direct ? reinterpret_cast<std::uint32_t*>(smem) : vals, mask,
+                             direct};
+  phase_stamp<kTimed>(a, 1);
 
-  for (int i = tid; i < capacity; i += nt) {
-    keys[i] = -1;
-    vals[i] = 0xffffffffu;
+  if (table.direct) {  // one word per token of the sequence (direct_tokens is a multiple of 4)
+    auto* words4 = reinterpret_cast<uint4*>(smem);
+    const int n4 = static_cast<int>((seq_len + 3) / 4);
+    for (int i = tid; i < n4; i += nt)
+      words4[i] = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  } else {
+    for (int i = tid; i < capacity; i += nt) {
+      keys[i] = -1;
+      vals[i] = 0xffffffffu;
+    }
   }
-  for (int i = tid; i < words; i += nt) hit_bits[i] = 0;
-  for (int i = tid; i < kSwapInBuckets; i += nt) bucket[i] = 0;
+  if (!fast) {  // the fast path writes every hit word in step 2
+    for (int i = tid; i < words; i += nt) hit_bits[i] = 0;
+  }
+  if (!fast || sort_from > 0) {
+    for (int i = tid; i < kSwapInBuckets; i += nt) bucket[i] = 0;
+  }
   if (tid == 0) scratch[66] = scratch[67] = 0;
   __syncthreads();
+  phase_stamp<kTimed>(a, 2);
 
-  // 1. Hash the selection (newest and invalid positions excluded); count valid entries.
+  // 1. Table of the selection (newest and invalid positions excluded); count valid entries.
   int my_valid = 0;
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
@@ -236,15 +308,17 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
       const std::int32_t pos = v[j];
       if (pos >= 0 && pos < seq_len) {
         ++my_valid;
-        if (pos != newest) hash_insert(keys, vals, mask, pos, t0 + mine + j);
+        if (pos != newest) table.insert(pos, t0 + mine + j);
       }
     }
   }
   block_add(&scratch[67], my_valid);
   __syncthreads();
+  phase_stamp<kTimed>(a, 3);
 
-  // 2. Hits: resident tokens found in the hash record their slot.
+  // 2. Hits: resident tokens found in the table record their slot.
   int my_hits = 0;
+  const int lane = tid & 31;
   for (int t0 = 0; t0 < hot; t0 += tile) {
     std::int32_t v[kItems];
     if (t0 == 0) {
@@ -253,19 +327,37 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
     } else {
       load_items(slot_token, t0 + mine, hot, v);
     }
+    std::uint32_t nibble = 0;  // bit j: slot t0 + mine + j is hit
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
-      if (v[j] < 0) continue;  // empty slot or past hot
-      const int h = hash_find(keys, mask, v[j]);
+      // Empty slots, slots past hot and tokens past the sequence are never in the table.
+      if (v[j] < 0 || v[j] >= seq_len) continue;
+      const int h = table.find(v[j]);
       if (h < 0) continue;
       const int s = t0 + mine + j;
-      vals[h] = (vals[h] & 0xffff0000u) | static_cast<std::uint32_t>(s);
-      atomicOr(&hit_bits[s >> 5], 1u << (s & 31));
+      table.vals[h] = (table.vals[h] & 0xffff0000u) | static_cast<std::uint32_t>(s);
+      nibble |= 1u << j;
       ++my_hits;
+    }
+    if (fast) {
+      // The 8 lanes of an aligned group own the 32 slots of one hit word (kItems == 4): OR their
+      // nibbles together and store the word (every word is written, so none needs clearing).
+      std::uint32_t word = nibble << (kItems * (lane & 7));
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+      const int w = (t0 + mine) >> 5;
+      if ((lane & 7) == 0 && w < words) hit_bits[w] = word;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        const int s = t0 + mine + j;
+        if ((nibble >> j) & 1u) atomicOr(&hit_bits[s >> 5], 1u << (s & 31));
+      }
     }
   }
   block_add(&scratch[66], my_hits);
   __syncthreads();
+  phase_stamp<kTimed>(a, 4);
   const int n_hit = scratch[66];
   const int valid = scratch[67];
 
@@ -283,8 +375,8 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
       miss[j] = false;
       h[j] = 0;
       if (pos >= 0 && pos < seq_len && pos != newest) {
-        h[j] = hash_find(keys, mask, pos);
-        const std::uint32_t w = vals[h[j]];
+        h[j] = table.find(pos);
+        const std::uint32_t w = table.vals[h[j]];
         miss[j] =
             (w >> 16) == static_cast<std::uint32_t>(t0 + mine + j) && (w & 0xffffu) == kNoSlot;
         count += miss[j] ? 1 : 0;
@@ -295,13 +387,14 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       if (!miss[j]) continue;
-      vals[h[j]] = (static_cast<std::uint32_t>(t0 + mine + j) << 16) | kMissFlag |
-                   static_cast<std::uint32_t>(ordinal);
+      table.vals[h[j]] = (static_cast<std::uint32_t>(t0 + mine + j) << 16) | kMissFlag |
+                         static_cast<std::uint32_t>(ordinal);
       if (sort_from > 0) atomicAdd(&bucket[v[j] >> shift], 1);
       ++ordinal;
     }
     n_miss += total;
   }
+  phase_stamp<kTimed>(a, 5);
 
   // 4. Walk the LRU order: the m-th evictable slot goes to the m-th miss; build the new order
   //    (untouched oldest first, then this step's misses, then the hits in their old order).
@@ -345,6 +438,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
     }
     evictable_before += total;
   }
+  phase_stamp<kTimed>(a, 6);
 
   // Grouped plan: each bucket's first plan index (exclusive scan of the bucket counts).
   const bool grouped = sort_from > 0 && n_miss >= sort_from;
@@ -355,6 +449,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
     if (tid < kSwapInBuckets) bucket[tid] = first;
   }
   __syncthreads();
+  phase_stamp<kTimed>(a, 7);
 
   // 5. Commit the order, the slot table and the plan; output the physical rows.
   for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
@@ -373,7 +468,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
         if (pos == newest) {
           row = base + hot;
         } else {
-          const std::uint32_t w = vals[hash_find(keys, mask, pos)];
+          const std::uint32_t w = table.vals[table.find(pos)];
           if (w & kMissFlag) {
             const int m = static_cast<int>(w & 0x7fffu);
             const int slot = evict_slot[m];
@@ -393,6 +488,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1) swap_in_resolve(SwapI
     }
   }
   if (tid == 0) write_row_stats(a, b, valid - n_miss, n_miss);
+  phase_stamp<kTimed>(a, 8);
 }
 
 template <int W>
@@ -563,15 +659,42 @@ void launch_copy(const SwapInArgs& a, int blocks, cudaStream_t stream) {
   config.numAttrs = a.use_pdl ? 1 : 0;
   HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W>, a));
 }
+
+// Tokens of the direct table for this call (0: every row hashes) and the resolve's shared memory.
+struct ResolveShape {
+  int direct_tokens;
+  std::size_t shared_bytes;
+};
+
+ResolveShape resolve_shape(const SwapInArgs& a) {
+  if (a.resolve == ResolvePath::direct) {
+    const std::size_t bytes = swap_in_direct_shared_bytes(a.top_k, a.hot);
+    if (bytes <= static_cast<std::size_t>(cfg::kMaxResolveSharedBytes))
+      return {cfg::kResolveDirectTokens, bytes};
+  }
+  return {0, swap_in_shared_bytes(a.top_k, a.hot)};
+}
+
+template <bool kTimed>
+void raise_shared_limit(int needed) {
+  cudaFuncAttributes attributes{};
+  HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, swap_in_resolve<kTimed>));
+  if (attributes.maxDynamicSharedSizeBytes < needed)
+    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(swap_in_resolve<kTimed>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, needed));
+}
 }  // namespace
 
 void configure_swap_in(int top_k, int hot) {
-  const auto needed = static_cast<int>(swap_in_shared_bytes(top_k, hot));
-  cudaFuncAttributes attributes{};
-  HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, swap_in_resolve));
-  if (attributes.maxDynamicSharedSizeBytes < needed)
-    HISPARSE_CUDA_CHECK(
-        cudaFuncSetAttribute(swap_in_resolve, cudaFuncAttributeMaxDynamicSharedMemorySize, needed));
+  // Enough for either resolve path, so a graph captured later may use both.
+  SwapInArgs probe;
+  probe.top_k = top_k;
+  probe.hot = hot;
+  probe.resolve = ResolvePath::direct;  // the larger of the two paths, whatever the default is
+  std::size_t needed = swap_in_shared_bytes(top_k, hot);
+  needed = std::max(needed, resolve_shape(probe).shared_bytes);
+  raise_shared_limit<false>(static_cast<int>(needed));
+  raise_shared_limit<true>(static_cast<int>(needed));
 }
 
 void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
@@ -580,8 +703,14 @@ void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
   HISPARSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture == cudaStreamCaptureStatusNone) configure_swap_in(a.top_k, a.hot);
   const auto blocks = static_cast<unsigned>(a.batch);
-  const std::size_t shared = swap_in_shared_bytes(a.top_k, a.hot);
-  swap_in_resolve<<<blocks, cfg::kResolveThreads, shared, stream>>>(a);
+  const ResolveShape shape = resolve_shape(a);
+  if (a.phase_stamps) {
+    swap_in_resolve<true>
+        <<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(a, shape.direct_tokens);
+  } else {
+    swap_in_resolve<false>
+        <<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(a, shape.direct_tokens);
+  }
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 

@@ -52,6 +52,21 @@ struct MissPlan {
   std::int32_t* token = nullptr;  ///< [batch][top_k] token (host row) of the m-th entry
 };
 
+/// Which resolve kernel runs (CUDA only; the twin ignores it; results are identical).
+enum class ResolvePath : std::uint8_t {
+  /// Rows with seq_len <= kResolveDirectTokens look tokens up in a direct token-indexed table in
+  /// shared memory (no hashing, no probe loops) and build the hit bits without atomics; longer
+  /// rows use the hash. The default.
+  direct,
+  /// Every row hashes its selection in shared memory (the kernel measured in calls 1-3).
+  hash,
+};
+
+/// Phase stamps of the resolve kernel (diagnostic): kSwapInPhaseStamps globaltimer values (ns)
+/// then kSwapInPhaseStamps clock64 values, written by thread 0 of block 0 after a block barrier
+/// at the end of each phase. Stamp k of a phase the row did not run is left as it was.
+inline constexpr int kSwapInPhaseStamps = 9;
+
 struct SwapInArgs {
   const std::int32_t* selected = nullptr;  ///< [batch][top_k] positions, -1 none
   const void* seq_lens = nullptr;          ///< [batch] int32 or int64 (seq_lens_int64)
@@ -75,6 +90,10 @@ struct SwapInArgs {
   /// never (plan in miss order, as the twin writes it).
   int sort_misses_from = -1;    ///< -1: kSortMissesFrom at batch >= kLargeBatch, else never
   int copy_rows_per_chunk = 0;  ///< rows per copy block and chunk; 0: fewest chunks in one wave
+  ResolvePath resolve = ResolvePath::hash;
+  /// Diagnostic: when set, a separately compiled resolve kernel writes 2 x kSwapInPhaseStamps
+  /// uint64 stamps here (barriers added between phases; results unchanged). Null: no cost.
+  std::uint64_t* phase_stamps = nullptr;
 };
 
 /// Resolve kernel shared memory: block-scan scratch (two ping-pong areas of 33 ints and two
@@ -86,6 +105,12 @@ inline constexpr int kSwapInBuckets = 512;
 [[nodiscard]] std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept;
 /// Hash-table capacity for a selection of top_k entries (power of two >= 2 * top_k).
 [[nodiscard]] int swap_in_hash_capacity(int top_k) noexcept;
+/// Dynamic shared memory of the resolve kernel on ResolvePath::direct: the hash area grows to
+/// hold one 4-byte word per token of a kResolveDirectTokens-token sequence. The launcher falls
+/// back to the hash path when this exceeds swap_in_config::kMaxResolveSharedBytes.
+[[nodiscard]] std::size_t swap_in_direct_shared_bytes(int top_k, int hot) noexcept;
+/// Names of the phases between stamps k - 1 and k (k = 1 .. kSwapInPhaseStamps - 1).
+[[nodiscard]] const char* swap_in_phase_name(int k) noexcept;
 
 #if HISPARSE_WITH_CUDA
 /// Sets the resolve kernel's dynamic shared-memory limit for (top_k, hot). Call once outside

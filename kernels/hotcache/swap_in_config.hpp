@@ -30,6 +30,11 @@ inline constexpr int kLargeBatch = 8;
 inline constexpr int kSortMissesFrom = 32;
 inline constexpr int kCopyGridPerSmLarge = 16;
 inline constexpr int kCopyRowsPerChunkLarge = 4;
+/// ResolvePath::direct: rows of at most this many tokens use a direct token-indexed table (4 B
+/// per token of shared memory) instead of the selection hash; the launcher uses it only while the
+/// kernel's shared memory stays within kMaxResolveSharedBytes (the sm_90 opt-in limit).
+inline constexpr int kResolveDirectTokens = 32768;
+inline constexpr int kMaxResolveSharedBytes = 227 * 1024;
 /// Largest batch the copy kernel's shared-memory chunk prefix holds.
 inline constexpr int kMaxBatch = 4096;
 

@@ -1,11 +1,13 @@
 // CPU twin of the swap-in: the contract of swap_in.hpp written plainly. It is the oracle the CUDA
 // kernels are compared against byte for byte, so every choice here (miss order, LRU order) is
 // the contract, not an implementation detail.
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
 
 #include "kernels/hotcache/swap_in.hpp"
+#include "kernels/hotcache/swap_in_config.hpp"
 
 namespace hisparse::kernels {
 
@@ -23,6 +25,18 @@ std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept {
   const std::size_t bytes = 8 * h + 4 * words + 4 * kSwapInScratchInts + 4 * kSwapInBuckets +
                             2 * static_cast<std::size_t>(hot) + 2 * static_cast<std::size_t>(top_k);
   return (bytes + 15) / 16 * 16;
+}
+
+std::size_t swap_in_direct_shared_bytes(int top_k, int hot) noexcept {
+  const auto hash_area = 8 * static_cast<std::size_t>(swap_in_hash_capacity(top_k));
+  const auto direct_area = 4 * static_cast<std::size_t>(swap_in_config::kResolveDirectTokens);
+  return swap_in_shared_bytes(top_k, hot) - hash_area + std::max(hash_area, direct_area);
+}
+
+const char* swap_in_phase_name(int k) noexcept {
+  static const char* const kNames[kSwapInPhaseStamps] = {
+      "entry", "inputs", "init", "build", "hits", "misses", "lru", "buckets", "commit"};
+  return k >= 0 && k < kSwapInPhaseStamps ? kNames[k] : "?";
 }
 
 namespace {

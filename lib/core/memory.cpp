@@ -130,6 +130,11 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes, Backend backend) 
   }
 #if HISPARSE_WITH_CUDA
   HISPARSE_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // cudaMemcpy from pageable host memory may return before the DMA has landed, and the project's
+  // streams are non-blocking (they do not wait for the legacy default stream): without this wait
+  // a kernel launched right after could read stale bytes (seen on the H200 as rare GPU-vs-twin
+  // mismatches in tests that upload inputs with copy_bytes).
+  HISPARSE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 #endif
 }
 

@@ -79,7 +79,8 @@ class Buffer {
   std::size_t size_ = 0;
 };
 
-/// Byte copy between any two kinds (synchronous). Works on both backends.
+/// Byte copy between any two kinds; synchronous: the bytes have landed when it returns, also for
+/// work queued next on a non-blocking stream. Works on both backends.
 void copy_bytes(void* dst, const void* src, std::size_t bytes, Backend backend);
 /// Human-readable size: "1.50 GiB".
 [[nodiscard]] std::string format_bytes(std::size_t bytes);

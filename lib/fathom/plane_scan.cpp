@@ -20,10 +20,16 @@ kf::PlaneScanArgs PlaneScan::args_for(const PlaneStore& store) {
   return a;
 }
 
+void PlaneScan::set_variant(int variant) {
+  kf::check_scan_variant(variant, "fathom scan: variant");
+  variant_ = variant;
+}
+
 void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stream) {
   HISPARSE_RANGE("fathom_scan_select", Phase::scan);
   // Planned on both backends: it also rejects shapes the kernel cannot take.
-  [[maybe_unused]] kf::PlaneScanWorkspace ws = kf::plan_scan_workspace(args, budget, multiprocessors_);
+  [[maybe_unused]] kf::PlaneScanWorkspace ws =
+      kf::plan_scan_workspace(args, budget, multiprocessors_, variant_);
   if (backend_ == Backend::cpu) {
     kf::plane_scan_select_ref(args);
     return;

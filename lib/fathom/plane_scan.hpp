@@ -19,6 +19,11 @@ class PlaneScan {
   [[nodiscard]] static kernels::fathom::PlaneScanArgs args_for(const PlaneStore& store);
   /// Runs on `stream`; `budget` bounds the sum of depths of every stream (sizes the tile).
   void run(const kernels::fathom::PlaneScanArgs& args, int budget, NativeStream stream = nullptr);
+  /// Selects a kernel variant (kernels/fathom/plane_scan_config.hpp kScanVariants; 0 is the
+  /// default). Every variant gives the same selection; they differ in residency and speed.
+  /// Throws Error for an index that does not exist.
+  void set_variant(int variant);
+  [[nodiscard]] int variant() const noexcept { return variant_; }
   [[nodiscard]] const kernels::fathom::PlaneScanWorkspace& workspace() const noexcept {
     return ws_;
   }
@@ -26,6 +31,7 @@ class PlaneScan {
  private:
   Backend backend_;
   int multiprocessors_ = 132;
+  int variant_ = 0;
   kernels::fathom::PlaneScanWorkspace ws_;
   Buffer<std::uint64_t> candidates_;
   Buffer<std::int32_t> counts_;

@@ -106,6 +106,7 @@ kernels::SwapInArgs HotCache::kernel_args(int layer, const SwapInStep& step) con
   a.batch = step.batch;
   a.top_k = config_.top_k;
   a.hot = config_.hot;
+  a.resolve = config_.resolve;
   return a;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/dtypes.hpp"
@@ -19,6 +20,7 @@
 #include "fathom/synthetic_keys.hpp"
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/plane_scan.hpp"
+#include "kernels/fathom/plane_scan_config.hpp"
 #include "support/gpu.hpp"
 
 namespace hisparse::fathom {
@@ -142,6 +144,60 @@ TEST(FathomGpu, PlannerMatchesBisectionTwinExactly) {
   }
 }
 
+// The kernel is instantiated for 1, 2, 4 and 8 channels per lane and loads every head up front:
+// widths at and between the instance limits, 1 to 8 heads, dead and tied channels, and more
+// KV heads than streams.
+TEST(FathomGpu, PlannerMatchesBisectionTwinOnEveryWidthAndGroup) {
+  HISPARSE_REQUIRE_GPU();
+  struct Shape {
+    int d, heads, kv, streams;
+  };
+  for (const Shape sh :
+       {Shape{24, 1, 2, 5}, Shape{32, 3, 4, 9}, Shape{64, 8, 8, 16}, Shape{100, 2, 3, 33},
+        Shape{128, 4, 8, 64}, Shape{200, 5, 1, 7}, Shape{256, 8, 8, 40}, Shape{256, 1, 16, 3}}) {
+    std::vector<float> q(static_cast<std::size_t>(sh.streams) * sh.heads * sh.d),
+        var(static_cast<std::size_t>(sh.kv) * sh.d);
+    Rng rng(static_cast<std::uint64_t>(sh.d * 131 + sh.heads));
+    for (auto& x : q) x = rng.normal();
+    for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
+    var[1] = 0.0f;                                                 // a dead channel
+    for (int j = 2; j < std::min(sh.d, 10); ++j) var[j] = var[2];  // equal variances
+    auto qd = to_device(q, "q");
+    auto vd = to_device(var, "var");
+    for (int budget : {0, 3, 48, 4 * sh.d - 1, 4 * sh.d}) {
+      SCOPED_TRACE("d " + std::to_string(sh.d) + " heads " + std::to_string(sh.heads) + " budget " +
+                   std::to_string(budget));
+      const auto n = static_cast<std::size_t>(sh.streams) * sh.d;
+      auto depths = Buffer<std::uint8_t>::device(n, Backend::cuda, "depths");
+      copy_bytes(depths.device_data(), std::vector<std::uint8_t>(n, 9).data(), n, Backend::cuda);
+      auto theta = Buffer<float>::device(sh.streams, Backend::cuda, "theta");
+      kf::DepthPlanArgs a;
+      a.queries = qd.device_data();
+      a.variances = vd.device_data();
+      a.variance_period = sh.kv;
+      a.streams = sh.streams;
+      a.heads = sh.heads;
+      a.channels = sh.d;
+      a.budget = budget;
+      a.depths = depths.device_data();
+      a.log2_theta = theta.device_data();
+      Stream stream(Backend::cuda);
+      DepthPlanner(Backend::cuda).plan(a, stream.native());
+      stream.synchronize();
+      std::vector<std::uint8_t> want(n);
+      std::vector<float> want_theta(static_cast<std::size_t>(sh.streams));
+      kf::DepthPlanArgs r = a;
+      r.queries = q.data();
+      r.variances = var.data();
+      r.depths = want.data();
+      r.log2_theta = want_theta.data();
+      kf::depth_plan_bisection_ref(r);
+      EXPECT_EQ(to_host(depths.device_data(), n, Backend::cuda), want);
+      EXPECT_EQ(to_host(theta.device_data(), want_theta.size(), Backend::cuda), want_theta);
+    }
+  }
+}
+
 struct ScanCase {
   PlaneLayoutKind kind;
   std::vector<std::int64_t> lengths;  // per stream (sequence x KV head)
@@ -208,22 +264,35 @@ void run_scan_case(const ScanCase& c) {
   a.selected = sel.device_data();
   a.selected_count = cnt.device_data();
   a.scores = scores.device_data();
-  PlaneScan scan(Backend::cuda);
-  scan.run(a, c.budget, stream.native());
-  stream.synchronize();
-  const auto got_count = to_host(cnt.device_data(), cnt.size(), Backend::cuda);
-  const auto got = to_host(sel.device_data(), sel.size(), Backend::cuda);
-  const auto got_scores = to_host(scores.device_data(), scores.size(), Backend::cuda);
-  for (std::int32_t s = 0; s < streams; ++s) {
-    ASSERT_EQ(got_count[s], want_count[s]) << "stream " << s << " length " << c.lengths[s];
-    for (std::int32_t i = 0; i < want_count[s]; ++i)
-      ASSERT_EQ(got[s * max_sel + i], want[s * max_sel + i]) << "stream " << s << " entry " << i;
-    for (int h = 0; h < c.heads; ++h) {
-      const std::size_t row = (static_cast<std::size_t>(s) * c.heads + h) * cap;
-      ASSERT_EQ(std::memcmp(got_scores.data() + row, want_scores.data() + row,
-                            static_cast<std::size_t>(c.lengths[s]) * sizeof(float)),
-                0)
-          << "scores differ, stream " << s << " head " << h;
+  // Every kernel variant (plane_scan_config.hpp) must reproduce the twin bit for bit; the
+  // outputs are overwritten with a sentinel before each run.
+  for (int variant = 0; variant < kf::kScanVariantCount; ++variant) {
+    SCOPED_TRACE("scan variant " + std::to_string(variant));
+    copy_bytes(sel.device_data(), std::vector<std::int32_t>(sel.size(), -7).data(), sel.size() * 4,
+               Backend::cuda);
+    copy_bytes(cnt.device_data(), std::vector<std::int32_t>(cnt.size(), -7).data(), cnt.size() * 4,
+               Backend::cuda);
+    copy_bytes(scores.device_data(), std::vector<float>(scores.size(), -7.0f).data(),
+               scores.size() * 4, Backend::cuda);
+    PlaneScan scan(Backend::cuda);
+    scan.set_variant(variant);
+    scan.run(a, c.budget, stream.native());
+    stream.synchronize();
+    EXPECT_EQ(scan.workspace().variant, variant);
+    const auto got_count = to_host(cnt.device_data(), cnt.size(), Backend::cuda);
+    const auto got = to_host(sel.device_data(), sel.size(), Backend::cuda);
+    const auto got_scores = to_host(scores.device_data(), scores.size(), Backend::cuda);
+    for (std::int32_t s = 0; s < streams; ++s) {
+      ASSERT_EQ(got_count[s], want_count[s]) << "stream " << s << " length " << c.lengths[s];
+      for (std::int32_t i = 0; i < want_count[s]; ++i)
+        ASSERT_EQ(got[s * max_sel + i], want[s * max_sel + i]) << "stream " << s << " entry " << i;
+      for (int h = 0; h < c.heads; ++h) {
+        const std::size_t row = (static_cast<std::size_t>(s) * c.heads + h) * cap;
+        ASSERT_EQ(std::memcmp(got_scores.data() + row, want_scores.data() + row,
+                              static_cast<std::size_t>(c.lengths[s]) * sizeof(float)),
+                  0)
+            << "scores differ, stream " << s << " head " << h;
+      }
     }
   }
 }

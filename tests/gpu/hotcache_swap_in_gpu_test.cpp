@@ -37,6 +37,7 @@ struct Shape {
   int copy_blocks = 0;
   int sort_misses_from = -1;
   int copy_rows_per_chunk = -1;
+  kernels::ResolvePath resolve = kernels::ResolvePath::direct;
 };
 
 std::string describe(const Shape& s) {
@@ -45,7 +46,8 @@ std::string describe(const Shape& s) {
          std::to_string(s.row_bytes) + "/" + std::to_string(s.row_stride) +
          (s.int64_lens ? " int64" : " int32") + (s.use_pdl ? " pdl" : "") + " copy_blocks " +
          std::to_string(s.copy_blocks) + " sort_misses_from " + std::to_string(s.sort_misses_from) +
-         " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk);
+         " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk) +
+         (s.resolve == kernels::ResolvePath::hash ? " resolve hash" : " resolve direct");
 }
 
 template <class T>
@@ -190,6 +192,7 @@ class Harness {
     a.copy_blocks = s_.copy_blocks;
     a.sort_misses_from = s_.sort_misses_from;
     a.copy_rows_per_chunk = s_.copy_rows_per_chunk;
+    a.resolve = s_.resolve;
     const auto request_stride = static_cast<std::size_t>(s_.capacity) * s_.row_stride;
     if (device) {
       a.selected = d_sel_.device_data();
@@ -387,14 +390,54 @@ TEST(HotcacheSwapInGpu, WorkedLruExampleAndMisses) {
 #endif
 }
 
+#if HISPARSE_WITH_CUDA
+/// 120 random shapes x 20 steps = 2,400 steps on one resolve path.
+void random_multi_step_sequences(kernels::ResolvePath resolve) {
+  Rng rng(77);
+  for (int config = 0; config < 120; ++config) {
+    Shape s = random_shape(rng);
+    s.resolve = resolve;
+    Harness h(s, 1000 + static_cast<std::uint64_t>(config));
+    run_steps(h, 20, "config " + std::to_string(config));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+#endif
+
 TEST(HotcacheSwapInGpu, RandomMultiStepSequencesMatchTheTwinByteForByte) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
-  Rng rng(77);
-  for (int config = 0; config < 120; ++config) {  // 120 x 20 = 2,400 steps
-    Harness h(random_shape(rng), 1000 + static_cast<std::uint64_t>(config));
-    run_steps(h, 20, "config " + std::to_string(config));
-    if (HasFatalFailure()) return;
+  random_multi_step_sequences(kernels::ResolvePath::direct);
+#endif
+}
+
+TEST(HotcacheSwapInGpu, RandomMultiStepSequencesOnTheHashResolveMatchTheTwin) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  random_multi_step_sequences(kernels::ResolvePath::hash);
+#endif
+}
+
+TEST(HotcacheSwapInGpu, DirectResolveFallsBackToTheHashForLongSequences) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // Sequences of up to 70,000 tokens: rows longer than kResolveDirectTokens (32768) hash their
+  // selection, shorter ones use the direct table, in the same launch; both paths and the
+  // benchmark's design point (top_k 2048, hot 4096) against the twin.
+  for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::hash}) {
+    for (int top_k : {64, 2048}) {
+      Shape s;
+      s.requests = 6;
+      s.batch = 5;
+      s.top_k = top_k;
+      s.hot = 2 * top_k;
+      s.row_bytes = s.row_stride = 16;
+      s.capacity = 70000;
+      s.resolve = resolve;
+      Harness h(s, 4242 + static_cast<std::uint64_t>(top_k));
+      run_steps(h, 12, "long sequences top_k " + std::to_string(top_k));
+      if (HasFatalFailure()) return;
+    }
   }
 #endif
 }
@@ -497,6 +540,7 @@ TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
   Rng rng(9);
   for (int config = 0; config < 12; ++config) {
     Shape s = random_shape(rng);
+    s.resolve = config % 2 == 0 ? kernels::ResolvePath::direct : kernels::ResolvePath::hash;
     Harness h(s, 500 + static_cast<std::uint64_t>(config));
     Stream stream(Backend::cuda);
     kernels::configure_swap_in(s.top_k, s.hot);  // not allowed while capturing
@@ -529,10 +573,10 @@ TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
 #endif
 }
 
-TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpu) {
-  HISPARSE_REQUIRE_GPU();
+void hot_cache_on_cuda_matches_cpu(kernels::ResolvePath resolve) {
 #if HISPARSE_WITH_CUDA
   HotCacheConfig c;
+  c.resolve = resolve;
   c.requests = 3;
   c.layers = 2;
   c.capacity = 600;
@@ -593,6 +637,16 @@ TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpu) {
       for (auto& l : lens) ++l;
   }
 #endif
+}
+
+TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuHashResolve) {
+  HISPARSE_REQUIRE_GPU();
+  hot_cache_on_cuda_matches_cpu(kernels::ResolvePath::hash);
+}
+
+TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuDirectResolve) {
+  HISPARSE_REQUIRE_GPU();
+  hot_cache_on_cuda_matches_cpu(kernels::ResolvePath::direct);
 }
 
 TEST(HotcacheSwapInGpu, PinnedPoolFailureNamesTheSize) {

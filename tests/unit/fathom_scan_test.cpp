@@ -13,12 +13,14 @@
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "fathom/plane_scan.hpp"
 #include "fathom/plane_store.hpp"
 #include "fathom/quality_study.hpp"
 #include "fathom/selector.hpp"
 #include "fathom/synthetic_keys.hpp"
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/plane_scan.hpp"
+#include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
 
 namespace hisparse::fathom {
@@ -415,6 +417,65 @@ TEST(FathomScanTwin, ChunksFillWholeWavesOfScanBlocks) {
   EXPECT_EQ(chunks(256, 1048576), 1);  // 256 blocks
   EXPECT_EQ(chunks(8, 1048576), 33);   // 264 blocks
   EXPECT_EQ(chunks(8, 2048), 1);       // at least 4 x keep tokens per chunk
+}
+
+// Every kernel variant at the microbenchmark's shape (Qwen3-8B group of 4 heads, top_k 512,
+// budget 48): its tile, threads and candidate slack, and (HBM) that its shared memory lets the
+// blocks it was compiled for share one SM (228 KB, 1 KB per block reserved).
+TEST(FathomScanTwin, EveryVariantReachesItsResidencyAtTopK512) {
+  ASSERT_EQ(kf::kScanVariantCount, 3);
+  kf::PlaneScanArgs a;
+  a.layout.channels = 128;
+  a.heads = 4;
+  a.keep = 476;
+  a.streams = 64;
+  a.max_tokens = 131072;
+  const int hbm_tiles[] = {16, 8, 8}, host_tiles[] = {64, 16, 16}, threads[] = {256, 128, 128};
+  const int blocks[] = {2, 4, 5};
+  for (int v = 0; v < kf::kScanVariantCount; ++v) {
+    for (auto kind : {kf::PlaneLayoutKind::hbm, kf::PlaneLayoutKind::host}) {
+      a.layout.kind = kind;
+      const auto ws = kf::plan_scan_workspace(a, 48, 132, v);
+      EXPECT_EQ(ws.variant, v);
+      EXPECT_EQ(ws.tile_blocks, kind == kf::PlaneLayoutKind::hbm ? hbm_tiles[v] : host_tiles[v])
+          << "variant " << v;
+      const auto plan = kf::plan_scan_shared(a, 48, ws.tile_blocks, v);
+      EXPECT_EQ(plan.threads, threads[v]);
+      const int round = kf::scan_round_tokens(threads[v]);
+      EXPECT_GE(plan.cap, 476 + kf::kScanVariants[v].slack_rounds_min * round) << "variant " << v;
+      EXPECT_EQ(kf::scan_blocks_per_sm(kf::kScanVariants[v], 4), blocks[v]);
+      if (kind == kf::PlaneLayoutKind::hbm) {
+        EXPECT_LE(blocks[v] * (plan.total + 1024), 228 * 1024) << "variant " << v;
+      }
+    }
+  }
+  // Groups of more than 4 heads keep the 128-register cap.
+  EXPECT_EQ(kf::scan_blocks_per_sm(kf::kScanVariants[2], 8), 4);
+  EXPECT_EQ(kf::scan_blocks_per_sm(kf::kScanVariants[0], 8), 2);
+  // More resident blocks per SM: more chunks per stream for the same batch.
+  a.layout.kind = kf::PlaneLayoutKind::hbm;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0).chunks, 4);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 2).chunks, 10);
+}
+
+TEST(FathomScanTwin, UnknownVariantIsRejectedWithTheValidRange) {
+  kf::PlaneScanArgs a;
+  a.layout.channels = 128;
+  a.heads = 4;
+  a.keep = 476;
+  try {
+    (void)kf::plan_scan_workspace(a, 48, 132, 3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "fathom scan: variant: scan variant 3 does not exist; use 0..2 (kScanVariants in "
+                 "plane_scan_config.hpp)");
+  }
+  PlaneScan scan(Backend::cpu);
+  EXPECT_THROW(scan.set_variant(-1), Error);
+  EXPECT_EQ(scan.variant(), 0);
+  scan.set_variant(2);
+  EXPECT_EQ(scan.variant(), 2);
 }
 
 // Selection quality of the scan's 8-bit weights against REFERENCE.md's float weights on the

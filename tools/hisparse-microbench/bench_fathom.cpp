@@ -9,6 +9,8 @@
 //    GB/s, and the fraction of the ceiling measured on the device at start (HBM device copy,
 //    read + write, for hbm; pinned host -> device cudaMemcpy for host, whose planes the kernel
 //    reads straight from mapped pinned memory, so the transfer is overlapped with the scan).
+//  - fathom_scan_variant/variant:V/...: the same scan with kernel variant V (kScanVariants: threads
+//    per block, blocks per SM, tile); label and counters give the resident warps per SM.
 //  - fathom_plan/batch:S: the depth planner for batch x 8 streams at budget 48; us per call of one
 //    graph replay (what a decode step pays) and per launch within 100 back-to-back launches.
 //  - fathom_quantize/tokens:T/streams:S: quantize + pack of T bf16 keys per stream (prefill
@@ -30,6 +32,7 @@
 #include "fathom/plane_scan.hpp"
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/plane_scan.hpp"
+#include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/quantize_pack.hpp"
 #include "microbench_util.hpp"
 
@@ -47,11 +50,13 @@ struct ScanCase {
   int budget;
   std::int64_t context;
   int batch;
+  int variant = 0;  ///< kScanVariants index (plane_scan_config.hpp)
 };
 
 /// Random queries [streams][heads][d] and per-KV-head variances [kKvHeads][d] spread over three
 /// decades, as the planner sees them.
-[[maybe_unused]] void random_plan_inputs(std::int32_t streams, std::vector<float>& q, std::vector<float>& var) {
+[[maybe_unused]] void random_plan_inputs(std::int32_t streams, std::vector<float>& q,
+                                         std::vector<float>& var) {
   Rng rng(2026);
   q.resize(static_cast<std::size_t>(streams) * kGroupHeads * kHeadDim);
   var.resize(static_cast<std::size_t>(kKvHeads) * kHeadDim);
@@ -153,6 +158,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
 
   Stream stream(Backend::cuda);
   fathom::PlaneScan scan(Backend::cuda);
+  scan.set_variant(c.variant);
   scan.run(a, c.budget, stream.native());  // warm-up; sizes the workspace outside the capture
   stream.synchronize();
   std::vector<std::int32_t> counts(streams);
@@ -184,9 +190,17 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   state.counters["ceiling_fraction"] = gbps / ceiling;
   state.counters["Gtokens_per_s"] =
       static_cast<double>(streams) * static_cast<double>(c.context) / per_call / 1e9;
-  state.SetLabel(fmt::format("{} streams, {} chunks x {}-block tiles, ceiling {:.0f} GB/s ({})",
-                             streams, scan.workspace().chunks, scan.workspace().tile_blocks,
-                             ceiling, host ? "PCIe H2D" : "HBM copy"));
+  const auto& ws = scan.workspace();
+  const auto& v = kf::kScanVariants[ws.variant];
+  const int resident = kf::plane_scan_resident_blocks(a, ws);
+  const auto smem = kf::plan_scan_shared(a, c.budget, ws.tile_blocks, ws.variant).total;
+  state.counters["variant"] = ws.variant;
+  state.counters["resident_warps_per_sm"] = resident * v.threads / 32;
+  state.SetLabel(fmt::format(
+      "variant {}: {} streams, {} chunks x {}-block tiles, {} threads x {} blocks/SM resident "
+      "({} KB shared each), ceiling {:.0f} GB/s ({})",
+      ws.variant, streams, ws.chunks, ws.tile_blocks, v.threads, resident, smem / 1024, ceiling,
+      host ? "PCIe H2D" : "HBM copy"));
 }
 
 void run_plan(benchmark::State& state, int batch) {
@@ -326,7 +340,7 @@ bool register_fathom() {
     for (std::int64_t context : {32768, 131072, 1048576})
       for (int batch : {1, 8, 32})
         for (int budget : {40, 48, 64, 80, 128}) {
-          const ScanCase c{kind, budget, context, batch};
+          const ScanCase c{kind, budget, context, batch, 0};
           benchmark::RegisterBenchmark(
               fmt::format("fathom_scan/{}/budget:{}/context:{}/batch:{}",
                           kind == kf::PlaneLayoutKind::hbm ? "hbm" : "host", budget, context, batch)
@@ -336,6 +350,21 @@ bool register_fathom() {
               ->Unit(benchmark::kMicrosecond)
               ->Iterations(iterations());
         }
+  // Kernel variants (residency) on the issue-4 shapes: 128K x batch 8 and 1M x batch 32 in HBM,
+  // 1M x batch 1 from host memory, budget 48.
+  for (int variant = 0; variant < kf::kScanVariantCount; ++variant)
+    for (const ScanCase& c : {ScanCase{kf::PlaneLayoutKind::hbm, 48, 131072, 8, variant},
+                              ScanCase{kf::PlaneLayoutKind::hbm, 48, 1048576, 32, variant},
+                              ScanCase{kf::PlaneLayoutKind::host, 48, 1048576, 1, variant}})
+      benchmark::RegisterBenchmark(
+          fmt::format("fathom_scan_variant/variant:{}/{}/budget:{}/context:{}/batch:{}", variant,
+                      c.kind == kf::PlaneLayoutKind::hbm ? "hbm" : "host", c.budget, c.context,
+                      c.batch)
+              .c_str(),
+          bench_scan, c)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(iterations());
   for (int batch : {1, 8, 32})
     benchmark::RegisterBenchmark(fmt::format("fathom_plan/batch:{}", batch).c_str(), bench_plan,
                                  batch)

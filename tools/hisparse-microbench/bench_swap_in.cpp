@@ -3,13 +3,16 @@
 // over the whole pool). Each iteration restores the hot-buffer tables (so every call sees the
 // same miss rate), flushes L2, then times one CUDA-graph replay of the swap-in (resolve + copy).
 // Counters: us per call, missed GB/s, fraction of the measured PCIe H2D ceiling, misses per call.
-// Names: swap_in/pool_gb:<P>/batch:<B>/hot:<H>/row:<R>/miss:<M>.
+// Names: swap_in/pool_gb:<P>/batch:<B>/hot:<H>/row:<R>/miss:<M>. Families for the tuning:
+// swap_in_part, swap_in_diag, swap_in_tune, swap_in_path (the two resolve paths) and
+// swap_in_phases (per-phase time inside the resolve block, from the kernel's phase stamps).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/error.hpp"
@@ -54,6 +57,8 @@ struct SwapInCase {
   int copy_blocks_per_sm = 0;    ///< 0: the library default
   int copy_rows_per_chunk = -1;  ///< -1: the library default
   bool flush_l2 = true;          ///< false: L2 (and the TLBs) keep what the previous call left
+  kernels::ResolvePath resolve = kernels::ResolvePath::direct;
+  bool phases = false;  ///< record the resolve kernel's phase stamps (block 0) and report them
   /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
   /// no real rows (every row only writes -1).
   enum class Path { long_seq, short_seq, padding } path = Path::long_seq;
@@ -149,6 +154,10 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   a.sort_misses_from = c.sort_misses_from;
   if (c.copy_blocks_per_sm > 0) a.copy_blocks = c.copy_blocks_per_sm * sm_count();
   a.copy_rows_per_chunk = c.copy_rows_per_chunk;
+  a.resolve = c.resolve;
+  constexpr int kStamps = kernels::kSwapInPhaseStamps;
+  auto d_stamps = Buffer<std::uint64_t>::device(2 * kStamps, Backend::cuda, "phase stamps");
+  if (c.phases) a.phase_stamps = d_stamps.device_data();
   kernels::configure_swap_in(kTopK, c.hot);
 
   Stream stream(Backend::cuda);
@@ -183,6 +192,9 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
     // no host memory, so the host pages stay as cold as in a full call).
     if (c.part == Part::copy) kernels::launch_swap_in_resolve(a, stream.native());
     if (c.flush_l2) l2.flush(stream);
+    if (c.phases)
+      HISPARSE_CUDA_CHECK(cudaMemsetAsync(d_stamps.device_data(), 0,
+                                          2 * kStamps * sizeof(std::uint64_t), stream.native()));
   };
 
   // Warm-up (the whole swap-in, then one replay), and a check that the call misses exactly what
@@ -211,6 +223,10 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
 
   double total_seconds = 0.0;
   std::size_t v = 0;
+  // Phase k (1..kStamps-1) runs from stamp k-1 to stamp k: summed ns (global timer) and cycles.
+  std::vector<double> phase_ns(kStamps, 0.0), phase_cycles(kStamps, 0.0);
+  std::vector<std::uint64_t> stamps(2 * kStamps);
+  int phase_calls = 0;
   for (auto _ : state) {
     prepare(v++ % kVariants);
     timer.start();
@@ -218,6 +234,33 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
     const double seconds = timer.stop_seconds();
     state.SetIterationTime(seconds);
     total_seconds += seconds;
+    if (c.phases) {
+      copy_bytes(stamps.data(), d_stamps.device_data(), stamps.size() * sizeof(std::uint64_t),
+                 Backend::cuda);
+      if (std::all_of(stamps.begin(), stamps.end(), [](std::uint64_t x) { return x != 0; })) {
+        ++phase_calls;
+        for (int k = 1; k < kStamps; ++k) {
+          phase_ns[k] += static_cast<double>(stamps[k] - stamps[k - 1]);
+          phase_cycles[k] += static_cast<double>(stamps[kStamps + k] - stamps[kStamps + k - 1]);
+        }
+      }
+    }
+  }
+  if (c.phases) {
+    if (phase_calls == 0) {
+      state.SkipWithError("no call recorded all phase stamps (block 0 took a short path)");
+      return;
+    }
+    double all_ns = 0.0, all_cycles = 0.0;
+    for (int k = 1; k < kStamps; ++k) {
+      const std::string name = fmt::format("ph{}_{}", k, kernels::swap_in_phase_name(k));
+      state.counters[name + "_us"] = phase_ns[k] / phase_calls * 1e-3;
+      state.counters[name + "_kcyc"] = phase_cycles[k] / phase_calls * 1e-3;
+      all_ns += phase_ns[k];
+      all_cycles += phase_cycles[k];
+    }
+    state.counters["ph_all_us"] = all_ns / phase_calls * 1e-3;
+    state.counters["ph_all_kcyc"] = all_cycles / phase_calls * 1e-3;
   }
   const double per_call = total_seconds / static_cast<double>(state.iterations());
   const double missed_bytes = static_cast<double>(misses) * static_cast<double>(c.row_bytes);
@@ -300,6 +343,33 @@ bool register_swap_in() {
                                                          part_name(part), path_name, flush ? 1 : 0),
               c);
         }
+  // The two resolve paths (ResolvePath::hash: the kernel of calls 1-3; direct: token-indexed
+  // table, hit words without atomics), the whole swap-in and the resolve alone.
+  using kernels::ResolvePath;
+  auto path_name = [](ResolvePath p) { return p == ResolvePath::hash ? "hash" : "direct"; };
+  for (int batch : {1, 64, 100})
+    for (double miss : {0.001, 0.2})
+      for (Part part : {Part::full, Part::resolve})
+        for (ResolvePath resolve : {ResolvePath::hash, ResolvePath::direct}) {
+          SwapInCase c{16, batch, 4096, 656, miss};
+          c.part = part;
+          c.resolve = resolve;
+          register_case(case_name("swap_in_path", c) +
+                            fmt::format("/part:{}/path:{}", part_name(part), path_name(resolve)),
+                        c);
+        }
+  // Where the time goes inside the resolve block: phase stamps of block 0 (adds one barrier per
+  // phase; the counters ph<k>_<phase>_us / _kcyc are means over the calls).
+  for (int batch : {1, 64})
+    for (double miss : {0.001, 0.2})
+      for (ResolvePath resolve : {ResolvePath::hash, ResolvePath::direct}) {
+        SwapInCase c{16, batch, 4096, 656, miss};
+        c.part = Part::resolve;
+        c.resolve = resolve;
+        c.phases = true;
+        register_case(case_name("swap_in_phases", c) + fmt::format("/path:{}", path_name(resolve)),
+                      c);
+      }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
   // (0: one chunk per block; small chunks: many waves, each over a band of requests).
   for (int batch : {1, 64, 100})
