@@ -138,4 +138,16 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes, Backend backend) 
 #endif
 }
 
+void zero_bytes(void* dst, std::size_t bytes, Backend backend) {
+  if (bytes == 0) return;
+  if (backend == Backend::cpu) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+#if HISPARSE_WITH_CUDA
+  HISPARSE_CUDA_CHECK(cudaMemset(dst, 0, bytes));
+  HISPARSE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));  // see copy_bytes
+#endif
+}
+
 }  // namespace hisparse

@@ -82,6 +82,8 @@ class Buffer {
 /// Byte copy between any two kinds; synchronous: the bytes have landed when it returns, also for
 /// work queued next on a non-blocking stream. Works on both backends.
 void copy_bytes(void* dst, const void* src, std::size_t bytes, Backend backend);
+/// Sets `bytes` bytes at `dst` to zero (synchronous, like copy_bytes). Works on both backends.
+void zero_bytes(void* dst, std::size_t bytes, Backend backend);
 /// Human-readable size: "1.50 GiB".
 [[nodiscard]] std::string format_bytes(std::size_t bytes);
 

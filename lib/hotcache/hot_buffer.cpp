@@ -34,6 +34,9 @@ HotBuffer::HotBuffer(const HotBufferShape& shape, Backend backend)
   rows_ = Buffer<std::uint8_t>::device(static_cast<std::size_t>(shape_.layers) * shape_.requests *
                                            (shape_.hot + 1) * shape_.row_stride,
                                        backend, "hot buffer rows");
+  // Slots that no token has reached yet (seq_len < hot) are never copied into: zero them so that
+  // the buffer's contents are the same on every backend and run, not whatever memory was reused.
+  zero_bytes(rows_.device_data(), rows_.bytes(), backend);
   for (int r = 0; r < shape_.requests; ++r) reset(r);
 }
 

@@ -75,6 +75,22 @@ TEST(HotcachePool, BadShapesNameTheField) {
   }
 }
 
+TEST(HotcacheBuffer, RowsStartZeroedEvenOnReusedMemory) {
+  // Slots that no token has reached yet are never copied into, so their bytes must not depend on
+  // what the allocator hands out: dirty a block of the same size first, then check every row.
+  const HotBufferShape shape{3, 2, 96, 592};
+  const std::size_t bytes = 3u * 2u * 97u * 592u;
+  {
+    auto dirty = Allocation::device(bytes, Backend::cpu, "dirty");
+    std::memset(dirty.host_data(), 0xab, bytes);
+  }
+  const HotBuffer buffer(shape, Backend::cpu);
+  for (int l = 0; l < 2; ++l)
+    for (int r = 0; r < 3; ++r)
+      for (int slot = 0; slot <= 96; ++slot)
+        EXPECT_EQ(buffer.row(l, r, slot), std::vector<std::uint8_t>(592, 0)) << l << r << slot;
+}
+
 TEST(HotcacheCache, AdmitThenSwapInThroughTheCpuBackend) {
   HotCache cache(small_config());
   fill_pool(cache);
