@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -145,14 +148,24 @@ class DecodeEngine::Impl {
   void attention_mla(int layer, const float* h, float* x, StepStats& stats);
   void select_dsa(int layer, const float* h, const float* q_a, StepStats& stats);
   void ffn(int layer, const float* h, float* x);
-  [[nodiscard]] const float* w(int layer, const char* suffix) const {
-    return weights_.get(fmt::format("model.layers.{}.{}", layer, suffix));
+  /// Weight `suffix` of layer `layer`. Resolved once per (layer, name) and then cached, so a
+  /// decode step neither formats names nor searches the tensor map.
+  [[nodiscard]] const float* w(int layer, std::string_view suffix) const {
+    auto& cache = layer_weights_[static_cast<std::size_t>(layer)];
+    const auto it = cache.find(suffix);
+    if (it != cache.end()) return it->second;
+    const float* p = weights_.get(fmt::format("model.layers.{}.{}", layer, suffix));
+    cache.emplace(suffix, p);
+    return p;
   }
   [[nodiscard]] int indexer_layer(int layer) const {
     return layer - layer % model_.indexer.every_n_layers;
   }
 
   ModelWeights weights_;
+  /// Per layer: weight name suffix -> tensor, filled by w() (std::less<> looks up string_views
+  /// without building a string).
+  mutable std::vector<std::map<std::string, const float*, std::less<>>> layer_weights_;
   KvWorkload workload_;
   int batch_ = 0;
   int top_k_ = 0;
@@ -178,6 +191,7 @@ DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
     : model_(model),
       config_(config),
       weights_((validate_config(model, config), model)),
+      layer_weights_(static_cast<std::size_t>(model.layers)),
       workload_(model, config.workload, config.concurrency, config.context_length) {
   batch_ = config.concurrency;
   sparse_ = config.mode == Mode::sparse_gpu || config.mode == Mode::hisparse;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
+
 #include <array>
 #include <charconv>
 #include <fstream>
@@ -202,46 +204,33 @@ Field bind_hex(const char* key, std::uint32_t& member) {
           [&member](std::string& out) { out += fmt::format("0x{:08x}", member); }};
 }
 
+/// The placement fields kernel, memcpy and memset records share, followed by `own`.
+template <class Record>
+std::vector<Field> gpu_activity_fields(Record& r, std::initializer_list<Field> own) {
+  std::vector<Field> f{bind("start", r.start),   bind("end", r.end),
+                       bind("device", r.device), bind("context", r.context),
+                       bind("stream", r.stream), bind("corr", r.correlation)};
+  f.insert(f.end(), own.begin(), own.end());
+  return f;
+}
+
 std::vector<Field> fields(KernelRecord& r) {
-  return {bind("start", r.start),
-          bind("end", r.end),
-          bind("device", r.device),
-          bind("context", r.context),
-          bind("stream", r.stream),
-          bind("corr", r.correlation),
-          bind("name", r.name),
-          bind("grid", r.grid),
-          bind("block", r.block),
-          bind("regs", r.registers_per_thread),
-          bind("smem", r.static_shared_bytes),
-          bind("dsmem", r.dynamic_shared_bytes),
-          bind("local", r.local_bytes_per_thread),
-          bind("graph", r.graph_id)};
+  return gpu_activity_fields(
+      r, {bind("name", r.name), bind("grid", r.grid), bind("block", r.block),
+          bind("regs", r.registers_per_thread), bind("smem", r.static_shared_bytes),
+          bind("dsmem", r.dynamic_shared_bytes), bind("local", r.local_bytes_per_thread),
+          bind("graph", r.graph_id)});
 }
 std::vector<Field> fields(MemcpyRecord& r) {
-  return {bind("start", r.start),
-          bind("end", r.end),
-          bind("device", r.device),
-          bind("context", r.context),
-          bind("stream", r.stream),
-          bind("corr", r.correlation),
-          bind("bytes", r.bytes),
-          bind_enum("kind", r.kind, copy_kinds),
-          bind_enum("src", r.src, memory_spaces),
-          bind_enum("dst", r.dst, memory_spaces),
-          bind("graph", r.graph_id)};
+  return gpu_activity_fields(
+      r, {bind("bytes", r.bytes), bind_enum("kind", r.kind, copy_kinds),
+          bind_enum("src", r.src, memory_spaces), bind_enum("dst", r.dst, memory_spaces),
+          bind("graph", r.graph_id)});
 }
 std::vector<Field> fields(MemsetRecord& r) {
-  return {bind("start", r.start),
-          bind("end", r.end),
-          bind("device", r.device),
-          bind("context", r.context),
-          bind("stream", r.stream),
-          bind("corr", r.correlation),
-          bind("bytes", r.bytes),
-          bind("value", r.value),
-          bind_enum("memory", r.memory, memory_spaces),
-          bind("graph", r.graph_id)};
+  return gpu_activity_fields(
+      r, {bind("bytes", r.bytes), bind("value", r.value),
+          bind_enum("memory", r.memory, memory_spaces), bind("graph", r.graph_id)});
 }
 std::vector<Field> fields(RuntimeApiRecord& r) {
   return {bind("start", r.start), bind("end", r.end),          bind("pid", r.process),
