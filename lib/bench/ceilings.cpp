@@ -49,7 +49,9 @@ Ceilings measure_ceilings(const Device& device, std::size_t bytes, int repeats) 
       const auto t0 = std::chrono::steady_clock::now();
       std::memcpy(b.host_data(), a.host_data(), bytes);
       const auto t1 = std::chrono::steady_clock::now();
-      if (r >= 0) gbps.push_back(2.0 * static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
+      if (r >= 0)
+        gbps.push_back(2.0 * static_cast<double>(bytes) /
+                       std::chrono::duration<double>(t1 - t0).count() / 1e9);
     }
     c.host_copy_gbps = median(gbps);
     return c;

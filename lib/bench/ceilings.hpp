@@ -12,19 +12,19 @@
 namespace hisparse {
 
 struct Ceilings {
-  std::string device;            ///< device name the figures come from
+  std::string device;  ///< device name the figures come from
   Backend backend = Backend::cpu;
-  double h2d_gbps = 0.0;         ///< pinned host -> device cudaMemcpy, GB/s (1e9 B/s)
+  double h2d_gbps = 0.0;  ///< pinned host -> device cudaMemcpy, GB/s (1e9 B/s)
   double d2h_gbps = 0.0;
-  double hbm_copy_gbps = 0.0;    ///< device -> device copy, bytes read + written, GB/s
-  double host_copy_gbps = 0.0;   ///< CPU memcpy, bytes read + written (CPU backend only)
-  std::size_t bytes = 0;         ///< transfer size used
+  double hbm_copy_gbps = 0.0;   ///< device -> device copy, bytes read + written, GB/s
+  double host_copy_gbps = 0.0;  ///< CPU memcpy, bytes read + written (CPU backend only)
+  std::size_t bytes = 0;        ///< transfer size used
 };
 
 /// Measures the ceilings (median of `repeats` timed copies after one warm-up). On the CPU backend
 /// only host_copy_gbps is measured. `bytes` is the copy size.
-[[nodiscard]] Ceilings measure_ceilings(const Device& device, std::size_t bytes = std::size_t{1} << 30,
-                                        int repeats = 5);
+[[nodiscard]] Ceilings measure_ceilings(const Device& device,
+                                        std::size_t bytes = std::size_t{1} << 30, int repeats = 5);
 
 void to_json(nlohmann::json& j, const Ceilings& c);
 

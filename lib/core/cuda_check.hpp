@@ -12,12 +12,11 @@ namespace hisparse::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t code, const char* call, const char* file, int line);
 }  // namespace hisparse::detail
 
-#define HISPARSE_CUDA_CHECK(call)                                                  \
-  do {                                                                             \
-    const cudaError_t hisparse_cuda_status_ = (call);                              \
-    if (hisparse_cuda_status_ != cudaSuccess)                                      \
-      ::hisparse::detail::throw_cuda_error(hisparse_cuda_status_, #call, __FILE__, \
-                                           __LINE__);                              \
+#define HISPARSE_CUDA_CHECK(call)                                                             \
+  do {                                                                                        \
+    const cudaError_t hisparse_cuda_status_ = (call);                                         \
+    if (hisparse_cuda_status_ != cudaSuccess)                                                 \
+      ::hisparse::detail::throw_cuda_error(hisparse_cuda_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 #define HISPARSE_CUDA_CHECK_LAUNCH() HISPARSE_CUDA_CHECK(cudaGetLastError())

@@ -10,9 +10,13 @@
 
 namespace hisparse {
 
-std::string_view name_of(Backend b) noexcept { return b == Backend::cuda ? "cuda" : "cpu"; }
+std::string_view name_of(Backend b) noexcept {
+  return b == Backend::cuda ? "cuda" : "cpu";
+}
 
-bool cuda_compiled() noexcept { return HISPARSE_WITH_CUDA != 0; }
+bool cuda_compiled() noexcept {
+  return HISPARSE_WITH_CUDA != 0;
+}
 
 bool cuda_available(std::string* why) {
 #if HISPARSE_WITH_CUDA
@@ -93,7 +97,8 @@ DeviceProperties Device::properties() const {
   HISPARSE_CUDA_CHECK(cudaRuntimeGetVersion(&p.runtime_version));
   return p;
 #else
-  throw Error("backend", "this build has no CUDA backend", "rebuild with nvcc, or use --backend cpu");
+  throw Error("backend", "this build has no CUDA backend",
+              "rebuild with nvcc, or use --backend cpu");
 #endif
 }
 

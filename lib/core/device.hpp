@@ -21,17 +21,17 @@ enum class Backend { cpu, cuda };
 [[nodiscard]] Backend resolve_backend(std::string_view requested, const std::string& where);
 
 struct DeviceProperties {
-  std::string name;                 ///< "NVIDIA H200" or the CPU model name
+  std::string name;  ///< "NVIDIA H200" or the CPU model name
   Backend backend = Backend::cpu;
   int index = 0;
   int compute_major = 0;
   int compute_minor = 0;
-  int multiprocessors = 0;          ///< SMs (cuda) or hardware threads (cpu)
-  std::size_t total_memory = 0;     ///< device memory (cuda) or physical RAM (cpu), bytes
+  int multiprocessors = 0;       ///< SMs (cuda) or hardware threads (cpu)
+  std::size_t total_memory = 0;  ///< device memory (cuda) or physical RAM (cpu), bytes
   std::size_t free_memory = 0;
   std::size_t l2_bytes = 0;
   std::size_t max_shared_per_block_optin = 0;
-  int driver_version = 0;           ///< e.g. 13000
+  int driver_version = 0;  ///< e.g. 13000
   int runtime_version = 0;
 };
 

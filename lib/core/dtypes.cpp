@@ -8,10 +8,20 @@
 namespace hisparse {
 namespace {
 constexpr std::array<std::pair<std::string_view, DType>, 14> kNames{{
-    {"f32", DType::f32},   {"bf16", DType::bf16}, {"f16", DType::f16}, {"fp8_e4m3", DType::fp8_e4m3},
-    {"i32", DType::i32},   {"i64", DType::i64},   {"u8", DType::u8},   {"F32", DType::f32},
-    {"BF16", DType::bf16}, {"F16", DType::f16},   {"F8_E4M3", DType::fp8_e4m3},
-    {"I32", DType::i32},   {"I64", DType::i64},   {"U8", DType::u8},
+    {"f32", DType::f32},
+    {"bf16", DType::bf16},
+    {"f16", DType::f16},
+    {"fp8_e4m3", DType::fp8_e4m3},
+    {"i32", DType::i32},
+    {"i64", DType::i64},
+    {"u8", DType::u8},
+    {"F32", DType::f32},
+    {"BF16", DType::bf16},
+    {"F16", DType::f16},
+    {"F8_E4M3", DType::fp8_e4m3},
+    {"I32", DType::i32},
+    {"I64", DType::i64},
+    {"U8", DType::u8},
 }};
 }  // namespace
 

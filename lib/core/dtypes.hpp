@@ -16,13 +16,20 @@ enum class DType : std::uint8_t { f32, bf16, f16, fp8_e4m3, i32, i64, u8 };
 
 [[nodiscard]] constexpr std::size_t size_of(DType t) noexcept {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::fp8_e4m3: return 1;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::fp8_e4m3:
+      return 1;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
@@ -32,8 +39,12 @@ enum class DType : std::uint8_t { f32, bf16, f16, fp8_e4m3, i32, i64, u8 };
 [[nodiscard]] DType parse_dtype(std::string_view name, const std::string& where);
 
 namespace detail {
-HISPARSE_HD std::uint32_t float_bits(float f) { return std::bit_cast<std::uint32_t>(f); }
-HISPARSE_HD float bits_float(std::uint32_t u) { return std::bit_cast<float>(u); }
+HISPARSE_HD std::uint32_t float_bits(float f) {
+  return std::bit_cast<std::uint32_t>(f);
+}
+HISPARSE_HD float bits_float(std::uint32_t u) {
+  return std::bit_cast<float>(u);
+}
 /// Round to nearest even for |v| < 2^22 using the float adder's own rounding.
 HISPARSE_HD float round_half_even_small(float v) {
   const float big = 12582912.0f;  // 1.5 * 2^23: the sum's exponent stays fixed for |v| < 2^22
@@ -48,7 +59,8 @@ HISPARSE_HD float bf16_to_float(std::uint16_t h) {
 }
 HISPARSE_HD std::uint16_t float_to_bf16(float f) {
   const std::uint32_t u = detail::float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
   const std::uint32_t bias = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<std::uint16_t>((u + bias) >> 16);
 }

@@ -19,7 +19,8 @@ Error::Error(std::string where, std::string problem, std::string fix)
 
 CudaError::CudaError(const char* call, const char* file, int line, int code,
                      const std::string& name, const std::string& description)
-    : Error(fmt::format("{}:{}", file, line), fmt::format("{} failed with {} ({})", call, name, description),
+    : Error(fmt::format("{}:{}", file, line),
+            fmt::format("{} failed with {} ({})", call, name, description),
             "check the driver and the device (nvidia-smi); rerun with --backend cpu to use the CPU "
             "backend"),
       code_(code) {}

@@ -18,8 +18,9 @@ void* aligned_host(std::size_t bytes, const std::string& label) {
   void* p = std::aligned_alloc(kPage, rounded);
   if (!p) {
     const auto props = Device::cpu().properties();
-    throw Error(label, fmt::format("cannot allocate {} of host memory ({} free)", format_bytes(bytes),
-                                   format_bytes(props.free_memory)),
+    throw Error(label,
+                fmt::format("cannot allocate {} of host memory ({} free)", format_bytes(bytes),
+                            format_bytes(props.free_memory)),
                 "reduce concurrency, context length or pool size");
   }
   return p;
@@ -35,33 +36,38 @@ std::string format_bytes(std::size_t bytes) {
 }
 
 Allocation Allocation::host(std::size_t bytes, std::string label) {
-  Allocation a;
+  Allocation a = unallocated(bytes, MemoryKind::host, Backend::cpu);
   a.host_ = a.device_ = aligned_host(bytes, label);
+  return a;
+}
+
+Allocation Allocation::unallocated(std::size_t bytes, MemoryKind kind, Backend backend) {
+  Allocation a;
   a.bytes_ = bytes;
-  a.kind_ = MemoryKind::host;
-  a.backend_ = Backend::cpu;
+  a.kind_ = kind;
+  a.backend_ = backend;
   return a;
 }
 
 Allocation Allocation::pinned(std::size_t bytes, Backend backend, std::string label) {
-  if (backend == Backend::cpu) {
+  if (backend == Backend::cpu) {  // the CPU twin's "pinned" memory is plain host memory
     Allocation a = host(bytes, std::move(label));
     a.kind_ = MemoryKind::pinned;
     return a;
   }
 #if HISPARSE_WITH_CUDA
-  Allocation a;
-  a.bytes_ = bytes;
-  a.kind_ = MemoryKind::pinned;
-  a.backend_ = Backend::cuda;
+  Allocation a = unallocated(bytes, MemoryKind::pinned, Backend::cuda);
   if (bytes == 0) return a;
-  const cudaError_t st = cudaHostAlloc(&a.host_, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  const cudaError_t st =
+      cudaHostAlloc(&a.host_, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
   if (st != cudaSuccess) {
     cudaGetLastError();
     const auto props = Device::cpu().properties();
-    throw Error(label, fmt::format("cannot pin {} of host memory ({} free, {})", format_bytes(bytes),
-                                   format_bytes(props.free_memory), cudaGetErrorString(st)),
-                "reduce concurrency, context length or the host pool size, or raise the memlock limit");
+    throw Error(
+        label,
+        fmt::format("cannot pin {} of host memory ({} free, {})", format_bytes(bytes),
+                    format_bytes(props.free_memory), cudaGetErrorString(st)),
+        "reduce concurrency, context length or the host pool size, or raise the memlock limit");
   }
   HISPARSE_CUDA_CHECK(cudaHostGetDevicePointer(&a.device_, a.host_, 0));
   return a;
@@ -71,25 +77,24 @@ Allocation Allocation::pinned(std::size_t bytes, Backend backend, std::string la
 }
 
 Allocation Allocation::device(std::size_t bytes, Backend backend, std::string label) {
-  if (backend == Backend::cpu) {
+  if (backend == Backend::cpu) {  // the CPU twin's "device" memory is plain host memory
     Allocation a = host(bytes, std::move(label));
     a.kind_ = MemoryKind::device;
     return a;
   }
 #if HISPARSE_WITH_CUDA
-  Allocation a;
-  a.bytes_ = bytes;
-  a.kind_ = MemoryKind::device;
-  a.backend_ = Backend::cuda;
+  Allocation a = unallocated(bytes, MemoryKind::device, Backend::cuda);
   if (bytes == 0) return a;
   const cudaError_t st = cudaMalloc(&a.device_, bytes);
   if (st != cudaSuccess) {
     cudaGetLastError();
     std::size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
-    throw Error(label, fmt::format("cannot allocate {} of GPU memory ({} free of {})", format_bytes(bytes),
-                                   format_bytes(free), format_bytes(total)),
-                "reduce concurrency, context length or hot-buffer size (see `hisparse-bench plan`)");
+    throw Error(
+        label,
+        fmt::format("cannot allocate {} of GPU memory ({} free of {})", format_bytes(bytes),
+                    format_bytes(free), format_bytes(total)),
+        "reduce concurrency, context length or hot-buffer size (see `hisparse-bench plan`)");
   }
   return a;
 #else

@@ -43,6 +43,8 @@ class Allocation {
   [[nodiscard]] bool empty() const noexcept { return bytes_ == 0; }
 
  private:
+  /// Size, kind and backend set, no memory yet.
+  static Allocation unallocated(std::size_t bytes, MemoryKind kind, Backend backend);
   void release() noexcept;
   void* host_ = nullptr;
   void* device_ = nullptr;

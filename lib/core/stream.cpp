@@ -6,7 +6,8 @@ namespace hisparse {
 
 Stream::Stream(Backend backend) : backend_(backend) {
 #if HISPARSE_WITH_CUDA
-  if (backend_ == Backend::cuda) HISPARSE_CUDA_CHECK(cudaStreamCreateWithFlags(&native_, cudaStreamNonBlocking));
+  if (backend_ == Backend::cuda)
+    HISPARSE_CUDA_CHECK(cudaStreamCreateWithFlags(&native_, cudaStreamNonBlocking));
 #endif
 }
 
