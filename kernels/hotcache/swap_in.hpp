@@ -90,7 +90,7 @@ struct SwapInArgs {
   /// never (plan in miss order, as the twin writes it).
   int sort_misses_from = -1;    ///< -1: kSortMissesFrom at batch >= kLargeBatch, else never
   int copy_rows_per_chunk = 0;  ///< rows per copy block and chunk; 0: fewest chunks in one wave
-  ResolvePath resolve = ResolvePath::hash;
+  ResolvePath resolve = ResolvePath::direct;
   /// Diagnostic: when set, a separately compiled resolve kernel writes 2 x kSwapInPhaseStamps
   /// uint64 stamps here (barriers added between phases; results unchanged). Null: no cost.
   std::uint64_t* phase_stamps = nullptr;

@@ -26,8 +26,9 @@ struct HotCacheConfig {
   int top_k = 2048;
   int max_batch = 0;  ///< batch rows per swap-in call; 0: requests
   Backend backend = Backend::cpu;
-  /// CUDA resolve kernel (results identical; hash: the pre-direct kernel, to switch back to).
-  kernels::ResolvePath resolve = kernels::ResolvePath::hash;
+  /// CUDA resolve kernel (results identical): direct, the faster one (reports/hotcache_tuning.md);
+  /// hash is the earlier kernel, kept to compare and to switch back to.
+  kernels::ResolvePath resolve = kernels::ResolvePath::direct;
 };
 
 /// One step's inputs and output for one layer. Pointers are device memory on the CUDA backend
