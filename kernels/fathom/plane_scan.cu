@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include <cuda_fp16.h>
+
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
@@ -119,6 +121,12 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
   return kth;
 }
 
+// fp16 scale to float with the hardware conversion: exact for every finite value, so it equals
+// the twin's f16_to_float; a NaN stays a NaN, and quantize_weight maps NaN products to 0 either way.
+__device__ __forceinline__ float scale_value(std::uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src) : "memory");
@@ -147,10 +155,13 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], const std::uint32_t (&a)[4
 // beat the head's current threshold take the float path into the candidate buffer.
 // THREADS and MIN_BLOCKS come from one kScanVariants entry; MIN_BLOCKS caps the registers.
 // MAX_HEADS (4 or kMaxGroupHeads) sizes the per-head register arrays: a group of <= 4 query heads
-// needs half the accumulators, which keeps the capped variants free of spills.
-template <int THREADS, int MIN_BLOCKS, int MAX_HEADS>
+// needs half the accumulators, which keeps the capped variants free of spills. GROUP > 0 compiles
+// for exactly that many query heads (the common GQA group of 4): every per-head loop and test is
+// then resolved at compile time, which removes most of the prep's branches.
+template <int THREADS, int MIN_BLOCKS, int MAX_HEADS, int GROUP = 0>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     scan_select_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, ScanSharedPlan m) {
+  static_assert(GROUP >= 0 && GROUP <= MAX_HEADS);
   constexpr int kWarps = THREADS / 32;
   constexpr int kRoundTokens = scan_round_tokens(THREADS);
   constexpr int kPairs = MAX_HEADS / 2;
@@ -174,8 +185,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 
   const int s = blockIdx.y, chunk = blockIdx.x, tid = threadIdx.x;
   const int lane = tid % 32, warp = tid / 32;
-  const int d = a.layout.channels, heads = a.heads, tb = m.tile_blocks;
-  const int sp = m.slots_pad, hp = m.heads_pad, pairs = m.heads_pad / 2;
+  const int d = a.layout.channels, tb = m.tile_blocks;
+  const int heads = GROUP > 0 ? GROUP : a.heads;
+  const int hp = GROUP > 0 ? (GROUP + 1) / 2 * 2 : m.heads_pad;
+  const int sp = m.slots_pad, pairs = hp / 2;
+  const int tb_log2 = __ffs(tb) - 1;  // tiles are a power of two of blocks (8..64)
   const std::int64_t n = a.lengths[s];
   // Positions fit in 31 bits (selection keys and the final merge hold them as int): block,
   // tile and token indices are kept in 32-bit registers.
@@ -220,9 +234,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto stage = [&](int tile, int st) {
     const int b0 = tile * tb;
     std::uint64_t* dst_w = words_s + st * (m.words_stage / 8);
-    const int pieces_w = tb / 2;
+    const int pieces_w_log2 = tb_log2 - 1, pieces_w = tb / 2;
     for (int i = tid; i < n_units * pieces_w; i += THREADS) {
-      const int u = i / pieces_w, c = i % pieces_w;
+      const int u = i >> pieces_w_log2, c = i & (pieces_w - 1);
       const int b = b0 + 2 * c;
       if (b < nb) {
         const int code = unit_code[u];
@@ -230,9 +244,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
     }
     std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);
-    const int pieces_s = tb / 8;
+    const int pieces_s_log2 = tb_log2 - 3, pieces_s = tb / 8;
     for (int i = tid; i < n_slots * pieces_s; i += THREADS) {
-      const int sl = i / pieces_s, c = i % pieces_s;
+      const int sl = i >> pieces_s_log2, c = i & (pieces_s - 1);
       const int b = b0 + 8 * c;
       if (b < nb)
         cp_async16(dst_s + sl * tb + 8 * c, scales + a.layout.scale_index(b, slot_channel[sl]));
@@ -253,7 +267,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #pragma unroll
       for (int h = 0; h < MAX_HEADS; ++h) max_abs[h] = 0.0f;
       for (int sl = lane; sl < n_slots; sl += 32) {
-        const float scale = f16_to_float(sc[sl * tb + w]);
+        const float scale = scale_value(sc[sl * tb + w]);
 #pragma unroll
         for (int h = 0; h < MAX_HEADS; ++h)
           if (h < hp) max_abs[h] = fmaxf(max_abs[h], fabsf(qs[h * sp + sl] * scale));
@@ -269,7 +283,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
       for (int sl = lane; sl < slots_read; sl += 32) {
         const bool live = sl < n_slots;
-        const float scale = live ? f16_to_float(sc[sl * tb + w]) : 0.0f;
+        const float scale = live ? scale_value(sc[sl * tb + w]) : 0.0f;
         const int offset = code_offset(mma::slot_depth(slot_info[sl]));
 #pragma unroll
         for (int h = 0; h < MAX_HEADS; ++h) {
@@ -335,6 +349,20 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
     }
     const int base = (tile * tb + w) * kBlockTokens;
+    if (a.scores == nullptr) {
+      // Once the thresholds have risen almost no sum reaches its (block, head) floor: one vote
+      // skips the per-token keys, eligibility tests and appends for the whole warp.
+      bool any = false;
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const int h = mma::lane_head(lane, p);
+        if (p >= pairs || h >= heads) continue;
+        const int floor = floors[w * hp + h];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) any |= acc[p][i] >= floor;
+      }
+      if (!__any_sync(0xffffffffu, any)) return;
+    }
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       const int h = mma::lane_head(lane, p);
@@ -523,7 +551,12 @@ constexpr auto kVariantIndices =
 constexpr auto kScanKernelsUpTo4Heads = scan_kernel_table<4>(kVariantIndices);
 constexpr auto kScanKernelsUpTo8Heads = scan_kernel_table<kMaxGroupHeads>(kVariantIndices);
 
+// The default variant for the GQA group of 4 (Qwen3-8B, Llama-3-8B: 32 query / 8 KV heads).
+constexpr ScanKernel kScanKernelGroupOf4 =
+    &scan_select_kernel<kScanVariants[0].threads, scan_blocks_per_sm(kScanVariants[0], 4), 4, 4>;
+
 ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant) {
+  if (variant == 0 && args.heads == 4) return kScanKernelGroupOf4;
   const auto v = static_cast<std::size_t>(variant);
   return args.heads <= 4 ? kScanKernelsUpTo4Heads[v] : kScanKernelsUpTo8Heads[v];
 }
