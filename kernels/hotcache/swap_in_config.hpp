@@ -23,13 +23,14 @@ inline constexpr int kCopyBlocksPerSm = 8;
 ///    (batch 100 / 20%: 829 -> 717 us);
 ///  - the copy grid is kCopyGridPerSmLarge blocks per SM (more than fit at once) and each chunk
 ///    kCopyRowsPerChunkLarge rows, so the chunks run in many waves, each over a band of requests
-///    (batch 100 / 20%: 717 -> 629 us; batch 64 / 20%: 446 -> 409 us).
+///    (batch 100 / 20%: 717 -> 629 us; batch 64 / 20%: 446 -> 409 us with the hash resolve; with
+///    the direct resolve, 2026-12-01 sweep: 16 x 4 gave 600 / 378 us, 32 x 2 gives 581 / 377 us).
 /// Smaller calls are latency-bound: no grouping, kCopyBlocksPerSm blocks per SM, and the chunk
 /// size that gives every block at most one chunk.
 inline constexpr int kLargeBatch = 8;
 inline constexpr int kSortMissesFrom = 32;
-inline constexpr int kCopyGridPerSmLarge = 16;
-inline constexpr int kCopyRowsPerChunkLarge = 4;
+inline constexpr int kCopyGridPerSmLarge = 32;
+inline constexpr int kCopyRowsPerChunkLarge = 2;
 /// ResolvePath::direct: rows of at most this many tokens use a direct token-indexed table (4 B
 /// per token of shared memory) instead of the selection hash; the launcher uses it only while the
 /// kernel's shared memory stays within kMaxResolveSharedBytes (the sm_90 opt-in limit).

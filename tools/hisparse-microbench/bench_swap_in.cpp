@@ -375,8 +375,8 @@ bool register_swap_in() {
   for (int batch : {1, 64, 100})
     for (double miss : {0.2, 1.0})
       for (int sort : {0, 1})
-        for (int per_sm : {4, 8, 16})
-          for (int rows : {0, 4, 16}) {
+        for (int per_sm : {4, 8, 16, 24, 32})
+          for (int rows : {0, 2, 4, 8, 16}) {
             if (batch == 1 && (per_sm != 8 || rows != 0)) continue;
             if (rows != 0 && sort == 0) continue;
             SwapInCase c{16, batch, 4096, 656, miss};
