@@ -17,7 +17,9 @@ namespace kf = kernels::fathom;
 
 std::vector<MethodSpec> default_methods() {
   std::vector<MethodSpec> m;
-  for (int b : {40, 48, 64, 80, 128}) m.push_back({ScanMethod::fathom, b, 0});
+  // Dense enough below 136 bits that "bits at the 32-channel scan's error" is interpolated
+  // between neighbours 8-16 plane bits apart, not read off a 4-point curve.
+  for (int b : {32, 40, 48, 56, 64, 80, 96, 128}) m.push_back({ScanMethod::fathom, b, 0});
   m.push_back({ScanMethod::full_scan, 0, 0});
   m.push_back({ScanMethod::fixed_channels, 0, 32});
   m.push_back({ScanMethod::sparq, 0, 16});
@@ -64,7 +66,61 @@ void fill_view(BasisView& view, const std::uint16_t* keys, std::int64_t n, int d
   view.fixed32 = calibrate_fixed_channels(view.variance, view.calibration_queries, d, 32);
 }
 
+/// KV head `kvh` of the study: the workload with its own seed.
+SyntheticKeySpec kv_head_spec(const QualityConfig& config, int kvh) {
+  SyntheticKeySpec spec = config.workload;
+  spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
+  return spec;
+}
+
 }  // namespace
+
+AttentionStats attention_stats(const QualityConfig& config) {
+  AttentionStats out;
+  const int keep = config.top_k - config.sinks - config.recent;
+  double samples = 0;
+  for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
+    const SyntheticKeySpec spec = kv_head_spec(config, kvh);
+    const SyntheticKeys data = make_synthetic_keys(spec);
+    const int d = spec.channels, heads = spec.heads;
+    const std::int64_t n = spec.tokens;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::vector<float> scores(static_cast<std::size_t>(n) * heads);
+    std::vector<std::int32_t> oracle(
+        static_cast<std::size_t>(config.sinks + config.recent + heads * keep));
+    std::vector<double> p(static_cast<std::size_t>(n));
+    for (int step = 0; step < spec.steps; ++step) {
+      exact_scores(data.query(step), heads, data.keys.data(), n, d, scores.data());
+      const auto oracle_n = kf::select_from_scores_ref(scores.data(), heads, n, keep, config.sinks,
+                                                       config.recent, oracle.data());
+      for (int h = 0; h < heads; ++h) {
+        const float* s = scores.data() + static_cast<std::size_t>(h) * n;
+        const double mx = *std::max_element(s, s + n) * scale;
+        double z = 0;
+        for (std::int64_t i = 0; i < n; ++i) z += (p[i] = std::exp(s[i] * scale - mx));
+        double entropy = 0, sink = 0, recent = 0, selected = 0, top1 = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          p[i] /= z;
+          if (p[i] > 0) entropy -= p[i] * std::log(p[i]);
+          if (i < config.sinks)
+            sink += p[i];
+          else
+            top1 = std::max(top1, p[i]);
+          if (i >= n - config.recent) recent += p[i];
+        }
+        for (std::int64_t r = 0; r < oracle_n; ++r) selected += p[oracle[r]];
+        out.entropy += entropy, out.sink_mass += sink, out.recent_mass += recent;
+        out.selected_mass += selected, out.top1_mass += top1;
+        samples += 1;
+      }
+    }
+  }
+  if (samples > 0) {
+    out.entropy /= samples, out.sink_mass /= samples, out.recent_mass /= samples;
+    out.selected_mass /= samples, out.top1_mass /= samples;
+  }
+  return out;
+}
 
 std::vector<QualityRow> quality_study(const QualityConfig& config) {
   HISPARSE_FUNC_RANGE();
@@ -78,8 +134,7 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
   const int keep = config.top_k - config.sinks - config.recent;
   double samples = 0;
   for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
-    SyntheticKeySpec spec = config.workload;
-    spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
+    const SyntheticKeySpec spec = kv_head_spec(config, kvh);
     const SyntheticKeys data = make_synthetic_keys(spec);
     const int d = spec.channels, heads = spec.heads;
     const std::int64_t n = spec.tokens;
@@ -138,7 +193,10 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
           args.depths = depths.data();
           args.streams = 1;
           args.heads = heads;
-          kf::plane_scores_ref(args, 0, n, scores.data());
+          if (config.float_scores)
+            kf::plane_scores_ref(args, 0, n, scores.data());
+          else
+            kf::plane_scores_quantized_ref(args, 0, n, scores.data());
           count = kf::select_from_scores_ref(scores.data(), heads, n, keep, config.sinks,
                                              config.recent, sel.data());
           rows[m].bits_per_token += plan_bits(depths);
@@ -195,16 +253,21 @@ double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error, b
   if (f.empty()) return 0;
   std::sort(f.begin(), f.end(),
             [](auto a, auto b) { return a->bits_per_token < b->bits_per_token; });
-  if (f.front()->attention_error <= error) return f.front()->bits_per_token;
-  for (std::size_t i = 1; i < f.size(); ++i) {
-    if (f[i]->attention_error <= error) {
-      const double e0 = std::log(f[i - 1]->attention_error), e1 = std::log(f[i]->attention_error);
-      const double b0 = std::log(f[i - 1]->bits_per_token), b1 = std::log(f[i]->bits_per_token);
-      const double t = (e0 - std::log(error)) / std::max(e0 - e1, 1e-300);
-      return std::exp(b0 + t * (b1 - b0));
+  // The last row above `error`; every row after it is at or below.
+  std::size_t last_above = f.size();
+  for (std::size_t i = f.size(); i-- > 0;)
+    if (f[i]->attention_error > error) {
+      last_above = i;
+      break;
     }
-  }
-  return f.back()->bits_per_token;
+  if (last_above == f.size()) return f.front()->bits_per_token;
+  if (last_above + 1 == f.size()) return f.back()->bits_per_token;
+  const QualityRow& a = *f[last_above];
+  const QualityRow& b = *f[last_above + 1];
+  const double e0 = std::log(a.attention_error), e1 = std::log(b.attention_error);
+  const double b0 = std::log(a.bits_per_token), b1 = std::log(b.bits_per_token);
+  const double t = (e0 - std::log(error)) / std::max(e0 - e1, 1e-300);
+  return std::exp(b0 + t * (b1 - b0));
 }
 
 }  // namespace hisparse::fathom

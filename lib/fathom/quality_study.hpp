@@ -1,6 +1,10 @@
 // Quality study: every selection method at equal cost convention on a synthetic workload.
 // Per method: recall of the exact top-k selection, relative L2 error of the attention output
 // against dense attention, bits and bytes read per token, active channels per query.
+// Every plane-scanned method (Fathom and the comparison scans) is scored the way the shipped scan
+// scores: plane_scores_quantized_ref, the 8-bit-weight integer sums that the CUDA kernel and
+// plane_scan_select_ref compute bit for bit. QualityConfig::float_scores switches to REFERENCE.md's
+// float formula (the definition the scan approximates), for a definition-vs-shipped comparison.
 #pragma once
 
 #include <string>
@@ -21,6 +25,19 @@ struct QualityConfig {
   /// Also run every fathom and fixed-channel method in the keys' KLT basis (rows "fathom-klt-B",
   /// "fixed-klt-32ch"): for models without QK-norm, whose key channels are correlated.
   bool klt = false;
+  /// Score with plane_scores_ref (float weights, the definition) instead of the shipped scan's
+  /// 8-bit-weight scores.
+  bool float_scores = false;
+};
+
+/// What the dense attention of a workload looks like, averaged over KV heads, steps and query
+/// heads: the properties that decide how much any top-k selection can lose.
+struct AttentionStats {
+  double entropy = 0;        ///< nats, of each head's softmax over all tokens
+  double sink_mass = 0;      ///< softmax mass on the first `sinks` tokens
+  double recent_mass = 0;    ///< mass on the last `recent` tokens
+  double selected_mass = 0;  ///< mass on the exact top-k selection (the oracle's union)
+  double top1_mass = 0;      ///< largest single weight outside the sinks
 };
 
 struct QualityRow {
@@ -33,17 +50,22 @@ struct QualityRow {
   double attention_error = 0;  ///< mean over queries and heads of ||o - o_dense|| / ||o_dense||
 };
 
-/// Fathom 40/48/64/80/128, full 4-bit, fixed 32 channels, SparQ r = 16 and 32, and the oracle.
+/// Fathom 32/40/48/56/64/80/96/128, full 4-bit, fixed 32 channels, SparQ r = 16 and 32, and the
+/// oracle.
 [[nodiscard]] std::vector<MethodSpec> default_methods();
 [[nodiscard]] std::vector<QualityRow> quality_study(const QualityConfig& config);
+/// AttentionStats of the config's workload (same KV heads and steps as quality_study).
+[[nodiscard]] AttentionStats attention_stats(const QualityConfig& config);
 /// A Markdown table of the rows.
 [[nodiscard]] std::string format_quality_table(const std::vector<QualityRow>& rows);
 /// The methods a config runs: config.methods (or default_methods()), then with config.klt the KLT
 /// twin of every fathom and fixed-channel method that is not one already.
 [[nodiscard]] std::vector<MethodSpec> study_methods(const QualityConfig& config);
-/// Bits Fathom needs to reach `error` (log-linear interpolation over the Fathom rows of the given
-/// basis, plain or KLT; the largest Fathom bits when no Fathom row reaches it, 0 when there is
-/// none).
+/// Bits Fathom needs to reach `error`: over the Fathom rows of the given basis (plain or KLT),
+/// sorted by bits, the point beyond which every row is at or below `error`, log-linear
+/// interpolated between the last row above it and the next one. Taking the last crossing, not the
+/// first, credits no dip of a noisy curve. The smallest Fathom bits when every row reaches it, the
+/// largest when the largest does not, 0 when there is no Fathom row.
 [[nodiscard]] double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error,
                                           bool klt = false);
 

@@ -66,14 +66,18 @@ struct QueryModel {
         q[h * d + i + half] = x * s + y * c;
       }
   }
-  /// Scale so that the background logit q.k / sqrt(d) has std `logit_std` for the mean head.
+  /// Scale each head's query so that its background logit q.k / sqrt(d) has std `logit_std`.
+  /// Per head, not per group: QK-norm fixes every head's query norm, so no head of a group is
+  /// much flatter or sharper than the others (a shared scale let the log-normal pair weights make
+  /// some heads near-uniform, and their large errors dominated every mean).
   void normalise(std::vector<double>& q, double logit_std) const {
-    double var_score = 0;
-    for (int h = 0; h < heads; ++h)
+    for (int h = 0; h < heads; ++h) {
+      double var_score = 0;
       for (int j = 0; j < d; ++j) var_score += q[h * d + j] * q[h * d + j] * sigma[j] * sigma[j];
-    const double scale =
-        logit_std * std::sqrt(static_cast<double>(d)) / std::sqrt(var_score / heads);
-    for (auto& v : q) v *= scale;
+      const double scale =
+          logit_std * std::sqrt(static_cast<double>(d)) / std::sqrt(std::max(var_score, 1e-300));
+      for (int j = 0; j < d; ++j) q[h * d + j] *= scale;
+    }
   }
 };
 
@@ -243,13 +247,24 @@ SyntheticKeys make_synthetic_keys(const SyntheticKeySpec& spec) {
   std::vector<int> planted_head(boost.size(), 0);
   for (std::int64_t i = 0; i < std::min<std::int64_t>(spec.sink_tokens, n); ++i)
     boost[i] = spec.sink_strength;
-  for (int r = 0; r < spec.relevant_tokens; ++r) {
-    const auto pos = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(n)));
+  // Relevant tokens sit at distinct positions outside the sinks: stacked strengths would make
+  // single tokens far stronger than relevant_max says. Every head gets relevant_tokens / heads of
+  // them: its own (rope) or ones the whole group shares (independent, correlated).
+  const std::int64_t sinks = std::min<std::int64_t>(spec.sink_tokens, n);
+  const std::int64_t relevant = std::min<std::int64_t>(
+      rope ? spec.relevant_tokens : (spec.relevant_tokens + heads - 1) / heads, n - sinks);
+  std::vector<char> taken(static_cast<std::size_t>(n), 0);
+  for (std::int64_t r = 0; r < relevant; ++r) {
+    std::int64_t pos = 0;
+    do {
+      pos = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(n)));
+    } while (pos < sinks || taken[pos]);
+    taken[pos] = 1;
     const double strength =
         spec.relevant_min + (spec.relevant_max - spec.relevant_min) * rng.uniform();
     if (rope) {
       planted[pos] = strength;
-      planted_head[pos] = r % heads;
+      planted_head[pos] = static_cast<int>(r % heads);
     } else {
       boost[pos] += strength;
     }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -21,15 +22,25 @@ const QualityRow& row(const std::vector<QualityRow>& rows, const std::string& na
   return *it;
 }
 
+constexpr int kBudgets[] = {32, 40, 48, 56, 64, 80, 96, 128};
+
+/// KV heads (independent seeds) per table: 16 by default (the KLT twins double the methods);
+/// HISPARSE_QUALITY_KV_HEADS overrides, as in fathom_select_test.
+int kv_heads() {
+  const char* env = std::getenv("HISPARSE_QUALITY_KV_HEADS");
+  const int v = env ? std::atoi(env) : 0;
+  return v > 0 ? v : 16;
+}
+
 QualityConfig study(KeyProfile profile) {
   QualityConfig cfg;
   cfg.workload.profile = profile;
   cfg.workload.tokens = 8192;
-  cfg.workload.steps = 2;
-  cfg.kv_heads = 2;
+  cfg.workload.steps = 1;
+  cfg.kv_heads = kv_heads();
   cfg.top_k = 256;
   cfg.klt = true;
-  for (int b : {40, 48, 64, 80, 128}) cfg.methods.push_back({ScanMethod::fathom, b, 0});
+  for (int b : kBudgets) cfg.methods.push_back({ScanMethod::fathom, b, 0});
   cfg.methods.push_back({ScanMethod::full_scan, 0, 0});
   cfg.methods.push_back({ScanMethod::fixed_channels, 0, 32});
   cfg.methods.push_back({ScanMethod::oracle, 0, 0});
@@ -76,7 +87,7 @@ TEST(FathomKltQuality, CorrelatedChannelsTable) {
       fathom_bits_at_error(rows, fixed_klt.attention_error, true));
   RecordProperty("klt_fathom_bits_at_fixed32_error", std::to_string(klt_bits));
   RecordProperty("plain_fathom_bits_at_fixed32_error", std::to_string(plain_bits));
-  for (int b : {40, 48, 64, 80, 128}) {
+  for (int b : kBudgets) {
     const std::string plain = "fathom-" + std::to_string(b),
                       klt = "fathom-klt-" + std::to_string(b);
     EXPECT_LT(excess(rows, klt), 0.5 * excess(rows, plain)) << b;
@@ -85,15 +96,20 @@ TEST(FathomKltQuality, CorrelatedChannelsTable) {
   // KLT Fathom at 56 bits beats the channel-basis 32-channel scan at 136 bits.
   EXPECT_LT(row(rows, "fathom-klt-48").attention_error, fixed.attention_error);
   EXPECT_LT(klt_bits, 0.8 * plain_bits);
+  // Every KLT budget, down to 37.6 bits (0.28x of 136), is below the channel-basis scan's error.
+  EXPECT_LT(klt_bits, 0.4 * 136.0);
+  // Against the Loki-like calibrated KLT channel set the margin is smaller: measured 80 bits
+  // (0.59x) here, 79-96 bits over 3 seeds of 64 KV heads.
+  EXPECT_LT(fathom_bits_at_error(rows, fixed_klt.attention_error, true), 0.85 * 136.0);
 }
 
 TEST(FathomKltQuality, IndependentChannelsLoseNothingBeyondNoise) {
   const auto rows = quality_study(study(KeyProfile::independent));
   std::printf("%s", format_quality_table(rows).c_str());
   // A basis calibrated on 4096 tokens mixes channels of nearly equal variance, which costs a
-  // little at small budgets. Over workload seeds 1-6 at B = 40/48: recall 0.00-0.035 lower,
-  // attention error within 2% (up to +25% of its excess over the oracle); more is a defect.
-  for (int b : {40, 48, 64, 80, 128}) {
+  // little. Over workload seeds 1-6 (16 KV heads each), worst budget: recall 0.011-0.020 lower,
+  // attention error 0.4-4% higher; more is a defect.
+  for (int b : kBudgets) {
     const auto& p = row(rows, "fathom-" + std::to_string(b));
     const auto& k = row(rows, "fathom-klt-" + std::to_string(b));
     EXPECT_LT(k.attention_error, 1.05 * p.attention_error) << b;

@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtypes.hpp"
@@ -89,48 +93,196 @@ TEST(FathomSelect, TopKSmallerThanSinksPlusRecentIsNamed) {
   }
 }
 
-TEST(FathomQuality, DefaultWorkloadTable) {
+/// KV heads (independent seeds) per quality table: 32 by default, a test stays at ~3 s on one
+/// core; HISPARSE_QUALITY_KV_HEADS=256 gives the README's larger sample.
+int quality_kv_heads() {
+  const char* env = std::getenv("HISPARSE_QUALITY_KV_HEADS");
+  const int v = env ? std::atoi(env) : 0;
+  return v > 0 ? v : 32;
+}
+
+/// One query step per KV head: successive steps drift by 5% and add little that a new seed
+/// does not.
+QualityConfig quality_config(KeyProfile profile) {
   QualityConfig cfg;
+  cfg.workload.profile = profile;
   cfg.workload.tokens = 8192;
-  cfg.workload.steps = 2;
-  cfg.kv_heads = 2;
+  cfg.workload.steps = 1;
+  cfg.kv_heads = quality_kv_heads();
   cfg.top_k = 256;
-  const auto rows = quality_study(cfg);
-  std::printf("%s", format_quality_table(rows).c_str());
-  const auto find = [&](const std::string& name) {
-    return *std::find_if(rows.begin(), rows.end(),
-                         [&](const QualityRow& r) { return r.name == name; });
-  };
-  const auto oracle = find("oracle");
+  return cfg;
+}
+
+const QualityRow& find_row(const std::vector<QualityRow>& rows, const std::string& name) {
+  const auto it =
+      std::find_if(rows.begin(), rows.end(), [&](const QualityRow& r) { return r.name == name; });
+  if (it == rows.end()) throw std::runtime_error("no row " + name);
+  return *it;
+}
+
+void print_stats(const AttentionStats& s) {
+  std::printf(
+      "dense attention: entropy %.2f nats, sinks %.3f, last 32 %.3f, exact top-k selection "
+      "%.3f, strongest non-sink token %.3f of the mass\n",
+      s.entropy, s.sink_mass, s.recent_mass, s.selected_mass, s.top1_mass);
+}
+
+/// Properties every workload's table must have: errors ordered by what each method reads, and
+/// the fixed baselines costed right.
+void expect_ordered(const std::vector<QualityRow>& rows) {
+  const auto& oracle = find_row(rows, "oracle");
+  const auto& full = find_row(rows, "full-4bit");
+  const auto& fixed = find_row(rows, "fixed-32ch");
   EXPECT_DOUBLE_EQ(oracle.recall, 1.0);
-  const auto full = find("full-4bit"), fixed = find("fixed-32ch");
   EXPECT_DOUBLE_EQ(full.bits_per_token, 544.0);
   EXPECT_DOUBLE_EQ(fixed.bits_per_token, 136.0);
-  EXPECT_LT(full.attention_error, find("fathom-40").attention_error * 1.5);
-  EXPECT_GT(find("fathom-128").recall, find("fathom-40").recall);
+  // Nothing beats exact top-k at this k; the full 4-bit scan comes within 1% of it.
+  EXPECT_LE(oracle.attention_error, full.attention_error);
+  EXPECT_LT(full.attention_error, 1.01 * oracle.attention_error);
+  EXPECT_LT(full.attention_error, fixed.attention_error);
+  EXPECT_LT(full.attention_error, find_row(rows, "fathom-128").attention_error);
+  // More planes, better selection: error falls and recall rises with every budget step.
+  const int budgets[] = {32, 40, 48, 56, 64, 80, 96, 128};
+  for (std::size_t i = 1; i < std::size(budgets); ++i) {
+    const auto& lo = find_row(rows, "fathom-" + std::to_string(budgets[i - 1]));
+    const auto& hi = find_row(rows, "fathom-" + std::to_string(budgets[i]));
+    EXPECT_LT(hi.attention_error, lo.attention_error) << budgets[i];
+    EXPECT_GT(hi.recall, lo.recall) << budgets[i];
+    EXPECT_GT(hi.bits_per_token, lo.bits_per_token) << budgets[i];
+  }
+  // At about the fixed set's cost (144 vs 136 bits) Fathom reads better channels.
+  EXPECT_LT(find_row(rows, "fathom-128").attention_error, fixed.attention_error);
+  // Query-magnitude channel choice without key variances (SparQ) is the weakest at equal bits.
+  EXPECT_GT(find_row(rows, "sparq-32").attention_error, fixed.attention_error);
+  EXPECT_GT(find_row(rows, "sparq-16").attention_error, find_row(rows, "sparq-32").attention_error);
+}
+
+TEST(FathomQuality, DefaultWorkloadTable) {
+  const QualityConfig cfg = quality_config(KeyProfile::rope_qk_norm);
+  const auto stats = attention_stats(cfg);
+  print_stats(stats);
+  // The workload's attention looks like real attention at this context (see SyntheticKeySpec):
+  // spread over several nats, a quarter on the sinks, ~2% left outside the exact top-k.
+  EXPECT_GT(stats.entropy, 2.5);
+  EXPECT_LT(stats.entropy, 4.5);
+  EXPECT_GT(stats.sink_mass, 0.1);
+  EXPECT_LT(stats.sink_mass, 0.5);
+  EXPECT_GT(stats.selected_mass, 0.95);
+  EXPECT_LT(stats.selected_mass, 0.995);
+  const auto rows = quality_study(cfg);
+  std::printf("%s", format_quality_table(rows).c_str());
+  // Exact top-k leaves a relative output error of a few percent, as in real models.
+  const auto& oracle = find_row(rows, "oracle");
+  EXPECT_GT(oracle.attention_error, 0.01);
+  EXPECT_LT(oracle.attention_error, 0.1);
+  expect_ordered(rows);
+  const auto& fixed = find_row(rows, "fixed-32ch");
   const double bits = fathom_bits_at_error(rows, fixed.attention_error);
   std::printf("Fathom bits at the 32-channel scan's error (%.5f): %.1f = %.2fx of 136\n",
               fixed.attention_error, bits, bits / 136.0);
   RecordProperty("fathom_bits_at_fixed32_error", std::to_string(bits));
+  // Measured 0.72x here (0.72-0.79x over other seeds, 0.76x with 256 KV heads); issue 4's target
+  // of 0.6x is not reached on this workload (README "Quality").
+  EXPECT_LT(bits, 0.85 * 136.0);
+  EXPECT_GT(bits, find_row(rows, "fathom-48").bits_per_token);
 }
 
 TEST(FathomQuality, IndependentChannelWorkloadTable) {
-  // The wave-1 workload, for comparison with the RoPE/QK-norm default.
-  QualityConfig cfg;
-  cfg.workload.profile = KeyProfile::independent;
-  cfg.workload.tokens = 8192;
-  cfg.workload.steps = 2;
-  cfg.kv_heads = 2;
-  cfg.top_k = 256;
+  // Independent channels, one query direction shared by the group: for comparison.
+  const QualityConfig cfg = quality_config(KeyProfile::independent);
+  const auto stats = attention_stats(cfg);
+  print_stats(stats);
   const auto rows = quality_study(cfg);
   std::printf("%s", format_quality_table(rows).c_str());
-  const auto fixed = *std::find_if(rows.begin(), rows.end(),
-                                   [](const QualityRow& r) { return r.name == "fixed-32ch"; });
+  const auto& oracle = find_row(rows, "oracle");
+  EXPECT_GT(oracle.attention_error, 0.01);
+  EXPECT_LT(oracle.attention_error, 0.15);
+  expect_ordered(rows);
+  const auto& fixed = find_row(rows, "fixed-32ch");
   const double bits = fathom_bits_at_error(rows, fixed.attention_error);
   std::printf("independent profile: Fathom bits at the 32-channel scan's error: %.1f = %.2fx\n",
               bits, bits / 136.0);
-  EXPECT_GT(bits, 0.0);
-  EXPECT_DOUBLE_EQ(rows.back().recall, 1.0);
+  // Measured 0.66x here (0.59x with 256 KV heads).
+  EXPECT_LT(bits, 0.85 * 136.0);
+}
+
+/// Recall and attention error of one selection, computed here from scratch.
+std::pair<double, double> score_selection(const SyntheticKeys& data, int top_k,
+                                          const std::vector<std::int32_t>& sel) {
+  const auto& spec = data.spec;
+  const int d = spec.channels, heads = spec.heads, keep = top_k - 36;
+  const std::int64_t n = spec.tokens;
+  std::vector<float> scores(static_cast<std::size_t>(n) * heads);
+  exact_scores(data.query(0), heads, data.keys.data(), n, d, scores.data());
+  std::vector<std::int32_t> oracle(36 + static_cast<std::size_t>(heads) * keep);
+  oracle.resize(static_cast<std::size_t>(
+      kf::select_from_scores_ref(scores.data(), heads, n, keep, 4, 32, oracle.data())));
+  std::vector<std::int32_t> inter;
+  std::set_intersection(sel.begin(), sel.end(), oracle.begin(), oracle.end(),
+                        std::back_inserter(inter));
+  std::vector<float> dense(static_cast<std::size_t>(heads) * d), approx(dense.size());
+  attention_over(data.query(0), heads, data.keys.data(), data.values.data(), n, d, {},
+                 dense.data());
+  attention_over(data.query(0), heads, data.keys.data(), data.values.data(), n, d, sel,
+                 approx.data());
+  double err = 0;
+  for (int h = 0; h < heads; ++h) {
+    double num = 0, den = 0;
+    for (int j = 0; j < d; ++j) {
+      const double diff = approx[h * d + j] - dense[h * d + j];
+      num += diff * diff;
+      den += static_cast<double>(dense[h * d + j]) * dense[h * d + j];
+    }
+    err += std::sqrt(num / den);
+  }
+  return {static_cast<double>(inter.size()) / static_cast<double>(oracle.size()), err / heads};
+}
+
+TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {
+  // The study's fathom row must be the shipped selector's result (8-bit-weight scores), and with
+  // float_scores the REFERENCE.md formula's. One KV head, one step, so the row is one sample.
+  QualityConfig cfg;
+  cfg.workload.tokens = 4096;
+  cfg.workload.steps = 1;
+  cfg.kv_heads = 1;
+  cfg.top_k = 256;
+  cfg.methods = {{ScanMethod::fathom, 48, 0}};
+  const auto data = make_synthetic_keys(cfg.workload);
+  const int d = cfg.workload.channels, heads = cfg.workload.heads;
+  const std::int64_t n = cfg.workload.tokens;
+  PlaneStore store(Backend::cpu, PlaneLayoutKind::host, 1, d, n);
+  store.append(0, 1, data.keys.data(), d, 0, n);
+  FathomSelector selector(Backend::cpu, SelectorConfig{256, 4, 32, 48});
+  const auto shipped = selector.select(store, data.query(0), heads, data.variance.data(), 1)[0];
+  const auto [recall, error] = score_selection(data, 256, shipped);
+  const auto rows = quality_study(cfg);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].recall, recall);
+  EXPECT_NEAR(rows[0].attention_error, error, 1e-12 * error);
+  // The definition: float-weight scores over the selector's depths.
+  std::vector<float> scores(static_cast<std::size_t>(n) * heads);
+  kf::PlaneScanArgs args;
+  args.words = store.words();
+  args.scales = store.scales();
+  args.layout = store.layout();
+  args.queries = data.query(0);
+  args.depths = selector.last_depths().data();
+  args.streams = 1;
+  args.heads = heads;
+  kf::plane_scores_ref(args, 0, n, scores.data());
+  std::vector<std::int32_t> defined(36 + static_cast<std::size_t>(heads) * 220);
+  defined.resize(static_cast<std::size_t>(
+      kf::select_from_scores_ref(scores.data(), heads, n, 220, 4, 32, defined.data())));
+  // The 8-bit weights do move this selection, so the equalities above tell the two apart.
+  EXPECT_NE(defined, shipped);
+  const auto [recall_f, error_f] = score_selection(data, 256, defined);
+  cfg.float_scores = true;
+  const auto rows_f = quality_study(cfg);
+  EXPECT_DOUBLE_EQ(rows_f[0].recall, recall_f);
+  EXPECT_NEAR(rows_f[0].attention_error, error_f, 1e-12 * error_f);
+  std::printf(
+      "fathom-48: shipped recall %.4f error %.5f; float definition recall %.4f error %.5f\n",
+      recall, error, recall_f, error_f);
 }
 
 TEST(FathomWorkload, CalibrationQueriesAreHeldOut) {
