@@ -11,6 +11,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "kernels/fathom/depth_plan_warp.cuh"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
 
@@ -204,10 +205,21 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const std::uint16_t* scales = a.scales + s * a.layout.scales_per_stream();
   const std::int64_t count_base = (static_cast<std::int64_t>(s) * heads) * ws.chunks + chunk;
 
+  const std::uint8_t* depths = a.depths + static_cast<std::int64_t>(s) * d;
+  if (a.plan_variances != nullptr) {
+    // Fused DepthPlanner: warp 0 plans this stream. The candidate buffer is not in use yet (at
+    // least 2 KB: one round of slack), so it holds the depths until the slots are ordered.
+    auto* planned = reinterpret_cast<std::uint8_t*>(buf);
+    if (warp == 0) plan_stream_warp_lean_any(a.plan_args(nullptr), s, lane, planned);
+    __syncthreads();
+    if (chunk == 0 && a.planned_depths != nullptr)
+      for (int j = tid; j < d; j += THREADS)
+        a.planned_depths[static_cast<std::int64_t>(s) * d + j] = planned[j];
+    depths = planned;
+  }
   if (tid == 0) {
     int units = 0;
-    scratch[0] = mma::order_slots(a.depths + static_cast<std::int64_t>(s) * d, d, slot_channel,
-                                  slot_info, unit_code, &units);
+    scratch[0] = mma::order_slots(depths, d, slot_channel, slot_info, unit_code, &units);
     scratch[1] = units;
   }
   for (int h = tid; h < kMaxGroupHeads; h += THREADS) {

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "core/stream.hpp"
+#include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/fathom_math.hpp"
 
 namespace hisparse::kernels::fathom {
@@ -22,7 +23,15 @@ struct PlaneScanArgs {
   PlaneLayout layout;
   const std::int64_t* lengths = nullptr;  ///< [streams] tokens of each stream
   const float* queries = nullptr;         ///< [streams][heads][channels]
-  const std::uint8_t* depths = nullptr;   ///< [streams][channels], 0..4
+  const std::uint8_t* depths = nullptr;   ///< [streams][channels], 0..4 (unless planned below)
+  /// Fused DepthPlanner: when set, every scan block plans its own stream from `queries` and these
+  /// [plan_variance_period][channels] calibration variances at `plan_budget` (the arithmetic of
+  /// launch_depth_plan, bit for bit) and `depths` is not read. The depths go to `planned_depths`
+  /// ([streams][channels]) when it is set. Saves the planner's launch in the decode step.
+  const float* plan_variances = nullptr;
+  std::int32_t plan_variance_period = 1;
+  std::int32_t plan_budget = 0;
+  std::uint8_t* planned_depths = nullptr;
   std::int32_t streams = 0;
   std::int32_t heads = 0;  ///< query heads per KV head (<= kMaxGroupHeads)
   std::int32_t keep = 0;   ///< top tokens per query head (k - sinks - recent)
@@ -33,6 +42,19 @@ struct PlaneScanArgs {
   std::int32_t* selected_count = nullptr;  ///< [streams]
   float* scores = nullptr;  ///< optional [streams][heads][max_tokens]: every approximate score
 
+  /// The planner arguments of the fused plan (plan_variances set).
+  [[nodiscard]] HISPARSE_HD DepthPlanArgs plan_args(std::uint8_t* out) const {
+    DepthPlanArgs p;
+    p.queries = queries;
+    p.variances = plan_variances;
+    p.variance_period = plan_variance_period;
+    p.streams = streams;
+    p.heads = heads;
+    p.channels = layout.channels;
+    p.budget = plan_budget;
+    p.depths = out;
+    return p;
+  }
   [[nodiscard]] HISPARSE_HD std::int64_t max_selected() const {
     return static_cast<std::int64_t>(sinks) + recent + static_cast<std::int64_t>(heads) * keep;
   }

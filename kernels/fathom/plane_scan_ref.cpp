@@ -115,7 +115,17 @@ std::int64_t select_from_scores_ref(const float* scores, std::int32_t heads, std
   return static_cast<std::int64_t>(chosen.size());
 }
 
-void plane_scan_select_ref(const PlaneScanArgs& args) {
+void plane_scan_select_ref(const PlaneScanArgs& planned_args) {
+  // Fused plan: the depths the scan blocks compute, from the planner's twin.
+  std::vector<std::uint8_t> planned;
+  PlaneScanArgs args = planned_args;
+  if (args.plan_variances != nullptr) {
+    planned.resize(static_cast<std::size_t>(args.streams) * args.layout.channels);
+    depth_plan_bisection_ref(args.plan_args(planned.data()));
+    if (args.planned_depths) std::copy(planned.begin(), planned.end(), args.planned_depths);
+    args.depths = planned.data();
+    args.plan_variances = nullptr;
+  }
   std::vector<float> scores;
   for (std::int32_t s = 0; s < args.streams; ++s) {
     const std::int64_t n = args.lengths[s];

@@ -295,6 +295,34 @@ void run_scan_case(const ScanCase& c) {
       }
     }
   }
+  // The fused plan: every scan block plans its own stream; same depths, same selection.
+  auto vard = to_device(var, "variances");
+  auto planned = Buffer<std::uint8_t>::device(depths.size(), Backend::cuda, "planned depths");
+  kf::PlaneScanArgs fused = a;
+  fused.depths = nullptr;
+  fused.plan_variances = vard.device_data();
+  fused.plan_budget = c.budget;
+  fused.planned_depths = planned.device_data();
+  fused.scores = nullptr;
+  for (int variant = 0; variant < kf::kScanVariantCount; ++variant) {
+    SCOPED_TRACE("fused plan, scan variant " + std::to_string(variant));
+    copy_bytes(planned.device_data(), std::vector<std::uint8_t>(planned.size(), 9).data(),
+               planned.size(), Backend::cuda);
+    copy_bytes(cnt.device_data(), std::vector<std::int32_t>(cnt.size(), -7).data(), cnt.size() * 4,
+               Backend::cuda);
+    PlaneScan scan(Backend::cuda);
+    scan.set_variant(variant);
+    scan.run(fused, c.budget, stream.native());
+    stream.synchronize();
+    EXPECT_EQ(to_host(planned.device_data(), planned.size(), Backend::cuda), depths);
+    const auto got_count = to_host(cnt.device_data(), cnt.size(), Backend::cuda);
+    const auto got = to_host(sel.device_data(), sel.size(), Backend::cuda);
+    for (std::int32_t s = 0; s < streams; ++s) {
+      ASSERT_EQ(got_count[s], want_count[s]) << "stream " << s;
+      for (std::int32_t i = 0; i < want_count[s]; ++i)
+        ASSERT_EQ(got[s * max_sel + i], want[s * max_sel + i]) << "stream " << s << " entry " << i;
+    }
+  }
 }
 
 TEST(FathomGpu, ScanSelectMatchesTwinHbm) {

@@ -104,7 +104,7 @@ struct Fixture {
   int d = 0, heads = 0;
   std::int64_t n = 0;
   PlaneStore store;
-  std::vector<float> q;
+  std::vector<float> q, var;
   std::vector<std::uint8_t> depths;
   kf::PlaneScanArgs args;
   Fixture(int d_, int heads_, std::int64_t n_, int budget, std::uint64_t seed,
@@ -113,7 +113,7 @@ struct Fixture {
     const auto keys = random_keys(static_cast<std::size_t>(n) * d, d, seed);
     store.append(0, 1, keys.data(), d, 0, n);
     q.resize(static_cast<std::size_t>(heads) * d);
-    std::vector<float> var(d);
+    var.resize(d);
     Rng rng(seed + 1);
     for (auto& x : q) x = rng.normal();
     for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
@@ -372,6 +372,36 @@ TEST(FathomScanTwin, SelectionUsesTheQuantizedScores) {
   ASSERT_EQ(count[0], c);
   EXPECT_EQ(std::vector<std::int32_t>(sel.begin(), sel.begin() + c),
             std::vector<std::int32_t>(expect.begin(), expect.begin() + c));
+}
+
+TEST(FathomScanTwin, FusedPlanSelectsLikeThePlannerThenTheScan) {
+  Fixture f(128, 4, 3000, 40, 43);
+  const std::int64_t length = f.n;
+  f.args.lengths = &length;
+  f.args.keep = 100;
+  f.args.max_tokens = f.n;
+  const auto room = static_cast<std::size_t>(f.args.max_selected());
+  std::vector<std::int32_t> want(room), got(room), want_count(1), got_count(1);
+  f.args.selected = want.data();
+  f.args.selected_count = want_count.data();
+  kf::plane_scan_select_ref(f.args);
+
+  kf::PlaneScanArgs fused = f.args;
+  fused.depths = nullptr;  // must not be read
+  fused.plan_variances = f.var.data();
+  fused.plan_budget = 40;
+  std::vector<std::uint8_t> planned(f.depths.size(), 9);
+  fused.planned_depths = planned.data();
+  fused.selected = got.data();
+  fused.selected_count = got_count.data();
+  kf::plane_scan_select_ref(fused);
+  EXPECT_EQ(planned, f.depths);
+  int sum = 0;
+  for (auto t : planned) sum += t;
+  EXPECT_LE(sum, 40);
+  EXPECT_GT(sum, 30);  // the budget is nearly used: 128 channels with spread importance
+  ASSERT_EQ(got_count[0], want_count[0]);
+  EXPECT_EQ(got, want);
 }
 
 TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {

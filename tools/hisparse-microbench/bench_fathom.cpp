@@ -11,6 +11,9 @@
 //    reads straight from mapped pinned memory, so the transfer is overlapped with the scan).
 //  - fathom_scan_variant/variant:V/...: the same scan with kernel variant V (kScanVariants: threads
 //    per block, blocks per SM, tile); label and counters give the resident warps per SM.
+//  - fathom_scan_plan/{given|separate|fused}/hbm/budget:48/context:C/batch:8: the scan with depths
+//    planned beforehand, after the planner kernel in the same graph, or planned inside the scan
+//    (PlaneScanArgs::plan_variances); the difference is what planning costs a decode step.
 //  - fathom_plan/batch:S: the depth planner for batch x 8 streams at budget 48; us per call of one
 //    graph replay (what a decode step pays) and per launch within 100 back-to-back launches.
 //  - fathom_quantize/tokens:T/streams:S: quantize + pack of T bf16 keys per stream (prefill
@@ -59,6 +62,9 @@ struct ScanCase {
   std::int64_t context;
   int batch;
   int variant = 0;  ///< kScanVariants index (plane_scan_config.hpp)
+  /// Where the depths come from: given (planned before, untimed), separate (the planner kernel
+  /// then the scan, both timed in one graph), fused (every scan block plans its own stream).
+  enum class Plan { given, separate, fused } plan = Plan::given;
 };
 
 /// Random queries [streams][heads][d] and per-KV-head variances [kKvHeads][d] spread over three
@@ -146,6 +152,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
 
   auto d_q = device_copy(q, "queries");
   auto d_depths = device_copy(depths, "depths");
+  auto d_var = device_copy(var, "variances");
   auto d_lengths = device_copy(std::vector<std::int64_t>(streams, c.context), "lengths");
   kf::PlaneScanArgs a;
   a.words = d_words.device_data();
@@ -164,6 +171,16 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   a.selected = d_sel.device_data();
   a.selected_count = d_count.device_data();
 
+  if (c.plan == ScanCase::Plan::fused) {
+    a.depths = nullptr;
+    a.plan_variances = d_var.device_data();
+    a.plan_variance_period = kKvHeads;
+    a.plan_budget = c.budget;
+  }
+  kf::DepthPlanArgs planner = p;  // the separate planner writes the depths the scan reads
+  planner.queries = d_q.device_data();
+  planner.variances = d_var.device_data();
+  planner.depths = d_depths.device_data();
   Stream stream(Backend::cuda);
   fathom::PlaneScan scan(Backend::cuda);
   scan.set_variant(c.variant);
@@ -178,7 +195,10 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
     }
   L2Flusher l2;
   GpuTimer timer(stream);
-  const CapturedGraph graph(stream, [&](cudaStream_t s) { scan.run(a, c.budget, s); });
+  const CapturedGraph graph(stream, [&](cudaStream_t s) {
+    if (c.plan == ScanCase::Plan::separate) kf::launch_depth_plan(planner, s);
+    scan.run(a, c.budget, s);
+  });
   double total = 0;
   for (auto _ : state) {
     l2.flush(stream);
@@ -373,6 +393,23 @@ bool register_fathom() {
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
           ->Iterations(iterations());
+  // What the planner adds to a decode step's scan: given depths (no planner), the planner kernel
+  // then the scan, and the plan fused into the scan; 1K tokens make the scan itself short.
+  for (std::int64_t context : {1024, 131072})
+    for (auto plan : {ScanCase::Plan::given, ScanCase::Plan::separate, ScanCase::Plan::fused}) {
+      ScanCase c{kf::PlaneLayoutKind::hbm, 48, context, 8};
+      c.plan = plan;
+      const char* name = plan == ScanCase::Plan::given      ? "given"
+                         : plan == ScanCase::Plan::separate ? "separate"
+                                                            : "fused";
+      benchmark::RegisterBenchmark(
+          fmt::format("fathom_scan_plan/{}/hbm/budget:48/context:{}/batch:8", name, context)
+              .c_str(),
+          bench_scan, c)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(iterations());
+    }
   for (int batch : {1, 8, 32})
     benchmark::RegisterBenchmark(fmt::format("fathom_plan/batch:{}", batch).c_str(), bench_plan,
                                  batch)
