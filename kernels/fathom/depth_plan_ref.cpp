@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/fathom/depth_search.hpp"
+
 namespace hisparse::kernels::fathom {
 
 void importance_ref(const DepthPlanArgs& args, std::int32_t s, float* importance) {
@@ -21,16 +23,9 @@ void depth_plan_bisection_ref(const DepthPlanArgs& args) {
   for (std::int32_t s = 0; s < args.streams; ++s) {
     importance_ref(args, s, g.data());
     for (int j = 0; j < args.channels; ++j) log2_g[j] = reproducible_log2(g[j]);
-    float lo = kBisectionLow, hi = kBisectionHigh;
-    for (int step = 0; step < kBisectionSteps; ++step) {
-      const float mid = 0.5f * (lo + hi);
-      int total = 0;
-      for (int j = 0; j < args.channels; ++j) total += depth_at(log2_g[j], mid);
-      if (total <= args.budget)
-        hi = mid;
-      else
-        lo = mid;
-    }
+    // The kernel's multi-level search (the sequential bisection's theta bit for bit).
+    const float hi =
+        search_log2_theta<kDepthSearchLevels>(log2_g.data(), args.channels, args.budget);
     std::uint8_t* out = args.depths + static_cast<std::int64_t>(s) * args.channels;
     for (int j = 0; j < args.channels; ++j)
       out[j] = static_cast<std::uint8_t>(depth_at(log2_g[j], hi));

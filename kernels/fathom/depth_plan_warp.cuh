@@ -6,27 +6,18 @@
 #include <cstdint>
 
 #include "kernels/fathom/depth_plan.hpp"
+#include "kernels/fathom/depth_search.hpp"
 #include "kernels/fathom/fathom_math.hpp"
 
 namespace hisparse::kernels::fathom {
 
-// 30 bisection steps on log2(theta) with a warp reduction of the depth sum each, then the
-// depths at the final upper end, which is returned. Lane l holds log2 g of channels l + 32 r.
+// The bisection on log2(theta) (depth_search.hpp: several levels per round, bit-identical to
+// the 30 sequential steps), then the depths at the final upper end, which is returned. Lane l
+// holds log2 g of channels l + 32 r.
 template <int PER_LANE>
 __device__ __forceinline__ float bisect_depths(const float (&log2_g)[PER_LANE], int budget, int d,
                                                int lane, std::uint8_t* out) {
-  float lo = kBisectionLow, hi = kBisectionHigh;
-  for (int step = 0; step < kBisectionSteps; ++step) {
-    const float mid = 0.5f * (lo + hi);
-    int mine = 0;
-#pragma unroll
-    for (int r = 0; r < PER_LANE; ++r) mine += depth_at(log2_g[r], mid);
-    const int total = __reduce_add_sync(0xffffffffu, mine);
-    if (total <= budget)
-      hi = mid;
-    else
-      lo = mid;
-  }
+  const float hi = warp_search_log2_theta<PER_LANE>(log2_g, budget);
 #pragma unroll
   for (int r = 0; r < PER_LANE; ++r) {
     const int j = lane + 32 * r;

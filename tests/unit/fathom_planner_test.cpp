@@ -2,12 +2,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
+#include "core/dtypes.hpp"
 #include "core/error.hpp"
+#include "core/rng.hpp"
 #include "fathom/depth_planner.hpp"
 #include "kernels/fathom/depth_plan.hpp"
+#include "kernels/fathom/depth_search.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -123,6 +128,276 @@ TEST(FathomPlanner, FixedChannelCalibrationPicksLargestVarianceTimesQuerySquare)
   const std::vector<float> var = {1, 100, 1, 1, 50};
   const std::vector<float> qs = {10, 0, 1, 1, 1, /*row 2*/ 10, 0, 1, 1, 1};  // 200, 0, 2, 2, 100
   EXPECT_EQ(calibrate_fixed_channels(var, qs, 5, 2), (std::vector<int>{0, 4}));
+}
+
+// ---- The multi-level depth search (kernels/fathom/depth_search.hpp) ----
+
+float from_bits(std::uint32_t u) {
+  return detail::bits_float(u);
+}
+
+// Importances of one random stream: spreads from none to 40 decades at any scale, and (per
+// stream, by chance) zero, subnormal, huge, infinite, NaN and tied channels.
+std::vector<float> random_importances(Rng& rng, int n) {
+  static constexpr float kSpread[] = {0.0f, 0.5f, 3.0f, 10.0f, 40.0f};
+  const float spread = kSpread[rng.below(5)];
+  const float offset = 60.0f * rng.uniform() - 30.0f;
+  const bool specials = rng.below(3) == 0, ties = rng.below(4) == 0;
+  std::vector<float> g(n);
+  for (int j = 0; j < n; ++j) {
+    g[j] = std::pow(10.0f, offset + spread * rng.uniform());
+    if (specials) {
+      switch (rng.below(12)) {
+        case 0:
+          g[j] = 0.0f;
+          break;
+        case 1:
+          g[j] = 1e-40f * (1.0f + rng.uniform());
+          break;  // subnormal
+        case 2:
+          g[j] = 3e38f * (1.0f + 0.1f * rng.uniform());
+          break;
+        case 3:
+          g[j] = std::numeric_limits<float>::infinity();
+          break;
+        case 4:
+          g[j] = rng.below(2) ? -0.0f : std::numeric_limits<float>::quiet_NaN();
+          break;
+        default:
+          break;
+      }
+    }
+    if (ties && j > 0 && rng.below(2)) g[j] = g[rng.below(static_cast<std::uint64_t>(j))];
+  }
+  return g;
+}
+
+// log2 importances placed so that depth thresholds log2_g - (2m - 1) fall exactly on bisection
+// midpoints -60 + 120 i / 2^e (the comparisons at their ties).
+std::vector<float> on_grid_log2(Rng& rng, int n) {
+  std::vector<float> out(n);
+  for (int j = 0; j < n; ++j) {
+    const int e = 1 + static_cast<int>(rng.below(22));
+    const auto i = static_cast<float>(rng.below(std::uint64_t{1} << e));
+    const float x = -60.0f + std::ldexp(120.0f * i, -e);
+    out[j] = x + static_cast<float>(2 * rng.below(4) + 1);
+  }
+  return out;
+}
+
+int random_budget(Rng& rng, int n) {
+  switch (rng.below(8)) {
+    case 0:
+      return 0;
+    case 1:
+      return 4 * n;
+    case 2:
+      return static_cast<int>(rng.below(4));
+    default:
+      return static_cast<int>(rng.below(static_cast<std::uint64_t>(4 * n + 1)));
+  }
+}
+
+float sequential_theta(const std::vector<float>& log2_g, int budget) {
+  return kf::sequential_depth_search(budget, [&](float x) {
+    int total = 0;
+    for (float l : log2_g) total += kf::depth_at(l, x);
+    return total;
+  });
+}
+
+template <int LEVELS>
+float multilevel_theta(const std::vector<float>& log2_g, int budget) {
+  return kf::search_log2_theta<LEVELS>(log2_g.data(), static_cast<int>(log2_g.size()), budget);
+}
+
+std::vector<int> depths_at(const std::vector<float>& log2_g, float x) {
+  std::vector<int> out;
+  for (float l : log2_g) out.push_back(kf::depth_at(l, x));
+  return out;
+}
+
+TEST(FathomDepthSearch, MultilevelSearchIsTheSequentialBisectionOnRandomStreams) {
+  // 120,000 streams of 1..256 channels, budgets 0..4 x channels: theta bit for bit (compared as
+  // bits: -0 and 0 differ) and the depths at it, for the kernel's 2 and 3 levels per round; 1, 5
+  // and 6 levels on every 16th stream.
+  Rng rng(2024);
+  int streams = 0, mismatches = 0;
+  for (int c = 0; c < 120000; ++c) {
+    const int n = 1 + static_cast<int>(rng.below(256));
+    std::vector<float> log2_g;
+    if (rng.below(10) == 0) {
+      log2_g = on_grid_log2(rng, n);
+    } else {
+      for (float g : random_importances(rng, n)) log2_g.push_back(kf::reproducible_log2(g));
+    }
+    const int budget = random_budget(rng, n);
+    const float want = sequential_theta(log2_g, budget);
+    std::vector<float> got = {multilevel_theta<2>(log2_g, budget),
+                              multilevel_theta<3>(log2_g, budget)};
+    if (c % 16 == 0) {
+      got.push_back(multilevel_theta<1>(log2_g, budget));
+      got.push_back(multilevel_theta<5>(log2_g, budget));
+      got.push_back(multilevel_theta<6>(log2_g, budget));
+    }
+    for (float x : got) {
+      if (detail::float_bits(x) != detail::float_bits(want) ||
+          depths_at(log2_g, x) != depths_at(log2_g, want)) {
+        if (++mismatches <= 5)
+          ADD_FAILURE() << "stream " << c << ": " << n << " channels, budget " << budget << ": "
+                        << x << " instead of " << want;
+      }
+    }
+    ++streams;
+  }
+  EXPECT_EQ(streams, 120000);
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(FathomDepthSearch, MultilevelSearchFollowsTheSequentialPathForAnyDepthSum) {
+  // The rounds replay the sequential steps' midpoints and decisions, so even a depth sum that
+  // is not monotone in x (a hash of x's bits) gives the sequential result.
+  Rng rng(7);
+  for (int c = 0; c < 20000; ++c) {
+    const std::uint64_t salt = rng.next_bits();
+    const int budget = static_cast<int>(rng.below(64));
+    const auto total = [salt](float x) {
+      return static_cast<int>(splitmix64(salt ^ detail::float_bits(x)) % 128);
+    };
+    const float want = kf::sequential_depth_search(budget, total);
+    const auto totals = [&](const auto& mid, auto& out) {
+      for (int k = 1; k < static_cast<int>(std::size(mid)); ++k) out[k] = total(mid[k]);
+    };
+    ASSERT_EQ(detail::float_bits(kf::multilevel_depth_search<1>(budget, totals)),
+              detail::float_bits(want));
+    ASSERT_EQ(detail::float_bits(kf::multilevel_depth_search<2>(budget, totals)),
+              detail::float_bits(want));
+    ASSERT_EQ(detail::float_bits(kf::multilevel_depth_search<3>(budget, totals)),
+              detail::float_bits(want));
+    ASSERT_EQ(detail::float_bits(kf::multilevel_depth_search<5>(budget, totals)),
+              detail::float_bits(want));
+  }
+}
+
+int depth_from_code(float log2_g, float x) {
+  return static_cast<int>(kf::depth_code(log2_g, x) - kf::kDepthCodeBiasBits);
+}
+
+TEST(FathomDepthSearch, KernelDepthCodeEqualsDepthAt) {
+  // The kernel's depth from two round-down FMAs (emulated on the host with the same IEEE
+  // operations) against depth_at's four compares.
+  EXPECT_EQ(detail::float_bits(kf::kDepthCodeBias), kf::kDepthCodeBiasBits);
+  // Hand-worked: d = 1 - 2^-24 has d + 1 rounding to 2 to nearest, but its depth is 0.
+  EXPECT_EQ(depth_from_code(1.0f - 0x1p-24f, 0.0f), 0);
+  EXPECT_EQ(depth_from_code(1.0f, 0.0f), 1);
+  EXPECT_EQ(depth_from_code(7.0f - 0x1p-21f, 0.0f), 3);
+  EXPECT_EQ(depth_from_code(7.0f, 0.0f), 4);
+  EXPECT_EQ(depth_from_code(1e30f, 60.0f), 4);
+  EXPECT_EQ(depth_from_code(-1e30f, -60.0f), 0);
+  EXPECT_EQ(depth_from_code(3.5f, 0.5f), 2);  // d = 3 exactly
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float d : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 1e-45f, -1e-45f,
+                  3.4e38f, -3.4e38f})
+    EXPECT_EQ(depth_from_code(d, 0.0f), kf::depth_at(d, 0.0f)) << d;
+  // Every float within 2^16 steps of the thresholds 1, 3, 5, 7, of -1 (where the clamp to 0
+  // starts) and of 0, as d = log2_g - 0.
+  int checked = 0, wrong = 0;
+  for (float centre : {-1.0f, 0.0f, 1.0f, 3.0f, 5.0f, 7.0f}) {
+    const std::uint32_t c = detail::float_bits(centre);
+    for (std::int64_t k = -65536; k <= 65536; ++k) {
+      const std::int64_t bits = static_cast<std::int64_t>(c) + k;
+      if (bits < 0 || bits > 0xffffffffll) continue;
+      const float d = from_bits(static_cast<std::uint32_t>(bits));
+      wrong += depth_from_code(d, 0.0f) != kf::depth_at(d, 0.0f);
+      ++checked;
+    }
+  }
+  // Random (log2_g, x) pairs: any bit pattern for log2_g, midpoint-like x.
+  Rng rng(99);
+  for (int i = 0; i < 200000; ++i) {
+    const float l = from_bits(static_cast<std::uint32_t>(rng.next_bits()));
+    const float x = 120.0f * rng.uniform() - 60.0f;
+    const float near = x + static_cast<float>(2 * rng.below(4) + 1);  // d close to a threshold
+    const float l2 =
+        from_bits(detail::float_bits(near) + static_cast<std::uint32_t>(rng.below(9)) - 4u);
+    wrong += depth_from_code(l, x) != kf::depth_at(l, x);
+    wrong += depth_from_code(l2, x) != kf::depth_at(l2, x);
+    checked += 2;
+  }
+  EXPECT_GT(checked, 1000000);
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(FathomDepthSearch, KernelArithmeticOnHostMatchesTheTwin) {
+  // The kernel's search as the host can replay it: per-lane sums of depth codes (lane l holds
+  // channels l + 32 r), the warp sum, 2 or 3 levels per round as the kernel picks for the width.
+  Rng rng(5);
+  for (int c = 0; c < 300; ++c) {
+    const int n = 1 + static_cast<int>(rng.below(256));
+    std::vector<float> log2_g;
+    for (float g : random_importances(rng, n)) log2_g.push_back(kf::reproducible_log2(g));
+    const int budget = random_budget(rng, n);
+    const int per_lane = n <= 32 ? 1 : n <= 64 ? 2 : n <= 128 ? 4 : 8;
+    const auto warp_totals = [&](const auto& mid, auto& out) {
+      for (int k = 1; k < static_cast<int>(std::size(mid)); ++k) {
+        std::uint32_t warp = 0;
+        for (int lane = 0; lane < 32; ++lane) {
+          std::uint32_t sum = 0;
+          for (int r = 0; r < per_lane; ++r) {
+            const int j = lane + 32 * r;
+            sum += kf::depth_code(j < n ? log2_g[j] : -1e30f, mid[k]);
+          }
+          warp += sum - static_cast<std::uint32_t>(per_lane) * kf::kDepthCodeBiasBits;
+        }
+        out[k] = static_cast<int>(warp);
+      }
+    };
+    static_assert(kf::warp_search_levels(1) == 3 && kf::warp_search_levels(2) == 3 &&
+                      kf::warp_search_levels(4) == 2 && kf::warp_search_levels(8) == 2,
+                  "the levels replayed below");
+    const float got = per_lane >= 4 ? kf::multilevel_depth_search<2>(budget, warp_totals)
+                                    : kf::multilevel_depth_search<3>(budget, warp_totals);
+    ASSERT_EQ(detail::float_bits(got), detail::float_bits(sequential_theta(log2_g, budget)))
+        << n << " channels, budget " << budget;
+  }
+}
+
+TEST(FathomDepthSearch, BisectionTwinKeepsTheSequentialResults) {
+  // depth_plan_bisection_ref (now the multi-level search) against the sequential bisection over
+  // the same importances, on many streams with 1 to 8 heads and odd widths.
+  Rng rng(31);
+  for (int c = 0; c < 40; ++c) {
+    const int d = 1 + static_cast<int>(rng.below(256)), heads = 1 + static_cast<int>(rng.below(8));
+    const int streams = 1 + static_cast<int>(rng.below(40)),
+              kv = 1 + static_cast<int>(rng.below(8));
+    std::vector<float> q(static_cast<std::size_t>(streams) * heads * d),
+        var(static_cast<std::size_t>(kv) * d);
+    for (auto& x : q) x = rng.normal();
+    for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
+    var[0] = 0.0f;
+    kf::DepthPlanArgs a;
+    a.queries = q.data();
+    a.variances = var.data();
+    a.variance_period = kv;
+    a.streams = streams;
+    a.heads = heads;
+    a.channels = d;
+    a.budget = random_budget(rng, d);
+    std::vector<std::uint8_t> depths(static_cast<std::size_t>(streams) * d, 9);
+    std::vector<float> theta(streams);
+    a.depths = depths.data();
+    a.log2_theta = theta.data();
+    kf::depth_plan_bisection_ref(a);
+    std::vector<float> g(d), log2_g(d);
+    for (int s = 0; s < streams; ++s) {
+      kf::importance_ref(a, s, g.data());
+      for (int j = 0; j < d; ++j) log2_g[j] = kf::reproducible_log2(g[j]);
+      const float want = sequential_theta(log2_g, a.budget);
+      ASSERT_EQ(detail::float_bits(theta[s]), detail::float_bits(want)) << "case " << c;
+      for (int j = 0; j < d; ++j)
+        ASSERT_EQ(depths[static_cast<std::size_t>(s) * d + j], kf::depth_at(log2_g[j], want));
+    }
+  }
 }
 
 }  // namespace
