@@ -71,13 +71,19 @@ __device__ __forceinline__ int hash_find(const std::int32_t* keys, std::uint32_t
   }
 }
 
-__device__ __forceinline__ void write_row_stats(const SwapInArgs& a, int row, int hits,
-                                                int misses) {
+__device__ __forceinline__ void write_row_stats(const SwapInArgs& a, int row, int hits, int misses,
+                                                bool fetched = false) {
   if (a.stats) {
     a.stats[2 * row] = hits;
     a.stats[2 * row + 1] = misses;
   }
   a.plan.count[row] = misses;
+  if (a.plan.fetched) a.plan.fetched[row] = fetched ? 1 : 0;
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src) : "memory");
 }
 
 constexpr int kItems = cfg::kResolveItems;
@@ -182,10 +188,15 @@ __device__ __forceinline__ void phase_stamp(const SwapInArgs& a, int k) {
 // memory about twice (inputs, then the request's tables) rather than once per loop iteration.
 // direct_tokens > 0 (ResolvePath::direct): rows of at most direct_tokens tokens use the direct
 // table, and the hit bits of every row are built by warp shuffles instead of shared atomics.
+// fetch_rows > 0 (MissPlan::fetched): a row with at most fetch_rows misses is fetched by this
+// block: at byte fetch_offset of shared memory, the misses' tokens (fetch_rows ints, padded to
+// 16 B) then their staged rows. The block issues the host reads (cp.async, consecutive threads on
+// consecutive 16-B pieces of a row, so a warp reads 512 contiguous bytes) as soon as the misses
+// are numbered, and writes the rows to their slots after the LRU walk.
 // kTimed: phase stamps (diagnostic build; results unchanged).
 template <bool kTimed>
 __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
-    swap_in_resolve(SwapInArgs a, int direct_tokens) {
+    swap_in_resolve(SwapInArgs a, int direct_tokens, int fetch_rows, int fetch_offset) {
   phase_stamp<kTimed>(a, 0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Let the copy kernel's blocks be scheduled now; they wait for this grid before reading.
@@ -362,7 +373,14 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   const int valid = scratch[67];
 
   // 3. Misses, numbered in selection order (first occurrences only); bucket counts by address.
+  //    A row with few misses (one tile of selection) starts fetching them here.
   int n_miss = 0;
+  bool fetch = false;  // uniform: decided from the block-wide miss count
+  const auto units_per_row = static_cast<int>(a.copy_bytes / 16);
+  auto* fetch_token = reinterpret_cast<std::int32_t*>(smem + fetch_offset);
+  auto* staged = reinterpret_cast<uint4*>(smem + fetch_offset + (fetch_rows * 4 + 15) / 16 * 16);
+  const std::uint8_t* host_row0 =
+      a.host_pool.base + static_cast<std::size_t>(r) * a.host_pool.request_stride;
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
     sel_tile(t0, v);
@@ -384,15 +402,27 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     }
     int total = 0;
     int ordinal = n_miss + block_exclusive_sum(count, scratch, parity, total);
+    if (t0 == 0) fetch = fetch_rows > 0 && top_k <= tile && total <= fetch_rows;
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       if (!miss[j]) continue;
       table.vals[h[j]] = (static_cast<std::uint32_t>(t0 + mine + j) << 16) | kMissFlag |
                          static_cast<std::uint32_t>(ordinal);
       if (sort_from > 0) atomicAdd(&bucket[v[j] >> shift], 1);
+      if (fetch) fetch_token[ordinal] = v[j];
       ++ordinal;
     }
     n_miss += total;
+  }
+  if (fetch) {
+    __syncthreads();
+    for (int u = tid; u < n_miss * units_per_row; u += nt) {
+      const int m = u / units_per_row;
+      cp_async16(staged + u, host_row0 +
+                                 static_cast<std::size_t>(fetch_token[m]) * a.host_pool.row_stride +
+                                 16 * static_cast<std::size_t>(u - m * units_per_row));
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
   phase_stamp<kTimed>(a, 5);
 
@@ -451,6 +481,19 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   __syncthreads();
   phase_stamp<kTimed>(a, 7);
 
+  // The fetched rows land in their evicted slots (evict_slot is complete after the barrier).
+  if (fetch) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+    std::uint8_t* rows = a.hot_buffer.rows;
+    for (int u = tid; u < n_miss * units_per_row; u += nt) {
+      const int m = u / units_per_row;
+      const std::size_t row = static_cast<std::size_t>(base) + evict_slot[m];
+      *reinterpret_cast<uint4*>(rows + row * a.hot_buffer.row_stride +
+                                16 * static_cast<std::size_t>(u - m * units_per_row)) = staged[u];
+    }
+  }
+
   // 5. Commit the order, the slot table and the plan; output the physical rows.
   for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
   std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
@@ -487,7 +530,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       out[i] = row;
     }
   }
-  if (tid == 0) write_row_stats(a, b, valid - n_miss, n_miss);
+  if (tid == 0) write_row_stats(a, b, valid - n_miss, n_miss, fetch);
   phase_stamp<kTimed>(a, 8);
 }
 
@@ -544,7 +587,7 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
     // a second chunk after the others are done (at batch 100 a second wave cost up to 2x).
     int total = 0;
     for (int c = tid; c < batch; c += 32) {
-      chunk_start[c] = a.plan.count[c];
+      chunk_start[c] = a.plan.fetched && a.plan.fetched[c] ? 0 : a.plan.count[c];
       total += chunk_start[c];
     }
 #pragma unroll
@@ -661,18 +704,37 @@ void launch_copy(const SwapInArgs& a, int blocks, cudaStream_t stream) {
 }
 
 // Tokens of the direct table for this call (0: every row hashes) and the resolve's shared memory.
+// With MissPlan::fetched, the rows a resolve block fetches itself and where they are staged.
 struct ResolveShape {
-  int direct_tokens;
-  std::size_t shared_bytes;
+  int direct_tokens = 0;
+  std::size_t shared_bytes = 0;
+  int fetch_rows = 0;    ///< 0: the copy kernel fetches every row
+  int fetch_offset = 0;  ///< staging area (16-B aligned) = the tables' shared bytes
 };
 
 ResolveShape resolve_shape(const SwapInArgs& a) {
+  ResolveShape shape{0, swap_in_shared_bytes(a.top_k, a.hot)};
   if (a.resolve == ResolvePath::direct) {
     const std::size_t bytes = swap_in_direct_shared_bytes(a.top_k, a.hot);
     if (bytes <= static_cast<std::size_t>(cfg::kMaxResolveSharedBytes))
-      return {cfg::kResolveDirectTokens, bytes};
+      shape = {cfg::kResolveDirectTokens, bytes};
   }
-  return {0, swap_in_shared_bytes(a.top_k, a.hot)};
+  // Fetching in the resolve needs whole 16-B pieces, one tile of selection (the miss count is
+  // known after one block scan) and spare shared memory. It pays at small batch only: at batch 64
+  // the blocks' concurrent host reads made the call slower (0.1% miss 19.2 -> 22.9 us, 1% 35.7 ->
+  // 55.3 us; reports/hotcache_tuning.md), while batch 1 gains 3 us.
+  const std::size_t room = static_cast<std::size_t>(cfg::kMaxResolveSharedBytes) -
+                           std::min<std::size_t>(shape.shared_bytes, cfg::kMaxResolveSharedBytes);
+  if (a.plan.fetched && a.batch < cfg::kLargeBatch && a.copy_bytes > 0 && vector_width(a) == 16 &&
+      a.top_k <= cfg::kResolveThreads * cfg::kResolveItems) {
+    // Per row: its bytes plus one token (4 B, padded once to 16).
+    const std::size_t bytes = std::min<std::size_t>(room, cfg::kResolveFetchBytes);
+    shape.fetch_rows = bytes > 16 ? static_cast<int>((bytes - 16) / (a.copy_bytes + 4)) : 0;
+    shape.fetch_offset = static_cast<int>(shape.shared_bytes);
+    shape.shared_bytes += static_cast<std::size_t>(shape.fetch_rows * 4 + 15) / 16 * 16 +
+                          static_cast<std::size_t>(shape.fetch_rows) * a.copy_bytes;
+  }
+  return shape;
 }
 
 template <bool kTimed>
@@ -693,6 +755,9 @@ void configure_swap_in(int top_k, int hot) {
   probe.resolve = ResolvePath::direct;  // the larger of the two paths, whatever the default is
   std::size_t needed = swap_in_shared_bytes(top_k, hot);
   needed = std::max(needed, resolve_shape(probe).shared_bytes);
+  // Room for the rows the resolve may fetch itself (MissPlan::fetched), whatever their size.
+  needed = std::max(
+      needed, std::min<std::size_t>(needed + cfg::kResolveFetchBytes, cfg::kMaxResolveSharedBytes));
   raise_shared_limit<false>(static_cast<int>(needed));
   raise_shared_limit<true>(static_cast<int>(needed));
 }
@@ -705,11 +770,11 @@ void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(a.batch);
   const ResolveShape shape = resolve_shape(a);
   if (a.phase_stamps) {
-    swap_in_resolve<true>
-        <<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(a, shape.direct_tokens);
+    swap_in_resolve<true><<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(
+        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset);
   } else {
-    swap_in_resolve<false>
-        <<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(a, shape.direct_tokens);
+    swap_in_resolve<false><<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(
+        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset);
   }
   HISPARSE_CUDA_CHECK_LAUNCH();
 }

@@ -50,6 +50,13 @@ struct MissPlan {
   std::int32_t* count = nullptr;  ///< [batch] rows to fetch
   std::int32_t* slot = nullptr;   ///< [batch][top_k] destination slot of the m-th entry
   std::int32_t* token = nullptr;  ///< [batch][top_k] token (host row) of the m-th entry
+  /// [batch] optional (CUDA): 1 where the resolve block fetched the row's misses itself, 0
+  /// elsewhere. With it set and a batch below kLargeBatch, a row whose misses fit the resolve's
+  /// spare shared memory (a few dozen rows) is fetched by its resolve block, which issues the host reads as soon as the
+  /// misses are numbered and lands them after the LRU walk; the copy kernel skips the row. Saves
+  /// the copy kernel's hand-off when there are few misses. Null: the copy kernel fetches every
+  /// row. The plan is written in full either way; the twin ignores this field.
+  std::int32_t* fetched = nullptr;
 };
 
 /// Which resolve kernel runs (CUDA only; the twin ignores it; results are identical).

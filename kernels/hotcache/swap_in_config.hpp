@@ -36,6 +36,10 @@ inline constexpr int kCopyRowsPerChunkLarge = 2;
 /// kernel's shared memory stays within kMaxResolveSharedBytes (the sm_90 opt-in limit).
 inline constexpr int kResolveDirectTokens = 32768;
 inline constexpr int kMaxResolveSharedBytes = 227 * 1024;
+/// MissPlan::fetched: at batch < kLargeBatch the resolve block fetches a row's misses itself when
+/// they fit in this many bytes of its spare shared memory (49 rows of 656 B). One block moves
+/// them in about one PCIe round trip, before the copy kernel's hand-off would end.
+inline constexpr int kResolveFetchBytes = 32 * 1024;
 /// Largest batch the copy kernel's shared-memory chunk prefix holds.
 inline constexpr int kMaxBatch = 4096;
 

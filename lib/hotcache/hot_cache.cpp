@@ -49,6 +49,7 @@ HotCache::HotCache(const HotCacheConfig& config)
   plan_count_ = Buffer<std::int32_t>::device(rows, config_.backend, "swap-in miss plan");
   plan_slot_ = Buffer<std::int32_t>::device(plan, config_.backend, "swap-in miss plan");
   plan_token_ = Buffer<std::int32_t>::device(plan, config_.backend, "swap-in miss plan");
+  plan_fetched_ = Buffer<std::int32_t>::device(rows, config_.backend, "swap-in miss plan");
   stats_ = Buffer<std::int32_t>::pinned(2 * rows, config_.backend, "swap-in statistics");
   std::fill_n(stats_.host_data(), 2 * rows, 0);
 #if HISPARSE_WITH_CUDA
@@ -102,7 +103,8 @@ kernels::SwapInArgs HotCache::kernel_args(int layer, const SwapInStep& step) con
   a.copy_bytes = pool_.copy_bytes();
   a.physical_rows = step.physical_rows;
   a.stats = stats_.device_data();
-  a.plan = {plan_count_.device_data(), plan_slot_.device_data(), plan_token_.device_data()};
+  a.plan = {plan_count_.device_data(), plan_slot_.device_data(), plan_token_.device_data(),
+            config_.fetch_in_resolve ? plan_fetched_.device_data() : nullptr};
   a.batch = step.batch;
   a.top_k = config_.top_k;
   a.hot = config_.hot;

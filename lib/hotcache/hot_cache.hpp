@@ -29,6 +29,9 @@ struct HotCacheConfig {
   /// CUDA resolve kernel (results identical): direct, the faster one (reports/hotcache_tuning.md);
   /// hash is the earlier kernel, kept to compare and to switch back to.
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
+  /// CUDA: a row with few misses is fetched by its resolve block (MissPlan::fetched), which saves
+  /// the copy kernel's hand-off; false: the copy kernel fetches every row. Results identical.
+  bool fetch_in_resolve = true;
 };
 
 /// One step's inputs and output for one layer. Pointers are device memory on the CUDA backend
@@ -91,10 +94,11 @@ class HotCache {
   HotCacheConfig config_;
   HostKvPool pool_;
   HotBuffer hot_;
-  Buffer<std::int32_t> plan_count_;  ///< [max_batch]
-  Buffer<std::int32_t> plan_slot_;   ///< [max_batch][top_k]
-  Buffer<std::int32_t> plan_token_;  ///< [max_batch][top_k]
-  Buffer<std::int32_t> stats_;       ///< [max_batch][2], pinned: read on the host after a sync
+  Buffer<std::int32_t> plan_count_;    ///< [max_batch]
+  Buffer<std::int32_t> plan_slot_;     ///< [max_batch][top_k]
+  Buffer<std::int32_t> plan_token_;    ///< [max_batch][top_k]
+  Buffer<std::int32_t> plan_fetched_;  ///< [max_batch]: rows the resolve fetched itself
+  Buffer<std::int32_t> stats_;         ///< [max_batch][2], pinned: read on the host after a sync
 };
 
 }  // namespace hisparse

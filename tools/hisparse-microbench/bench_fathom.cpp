@@ -50,7 +50,7 @@ constexpr int kHeadDim = 128;
 constexpr int kDefaultTopK = 512;
 /// top_k of the scan benchmarks: 512 (REFERENCE.md's published setting) unless
 /// HISPARSE_MICROBENCH_TOPK says otherwise (diagnostics: how much of the time selection takes).
-int scan_top_k() {
+[[maybe_unused]] int scan_top_k() {
   const char* env = std::getenv("HISPARSE_MICROBENCH_TOPK");
   const int k = env ? std::atoi(env) : 0;
   return k > 36 ? k : kDefaultTopK;

@@ -5,7 +5,8 @@
 // Counters: us per call, missed GB/s, fraction of the measured PCIe H2D ceiling, misses per call.
 // Names: swap_in/pool_gb:<P>/batch:<B>/hot:<H>/row:<R>/miss:<M>. Families for the tuning:
 // swap_in_part, swap_in_diag, swap_in_tune, swap_in_path (the two resolve paths) and
-// swap_in_phases (per-phase time inside the resolve block, from the kernel's phase stamps).
+// swap_in_phases (per-phase time inside the resolve block, from the kernel's phase stamps) and
+// swap_in_fetch/.../fetch:0|1 (few misses fetched by the resolve block, MissPlan::fetched).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -58,6 +59,7 @@ struct SwapInCase {
   int copy_rows_per_chunk = -1;  ///< -1: the library default
   bool flush_l2 = true;          ///< false: L2 (and the TLBs) keep what the previous call left
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
+  bool fetch_in_resolve = true;  ///< MissPlan::fetched (the library default)
   bool phases = false;  ///< record the resolve kernel's phase stamps (block 0) and report them
   /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
   /// no real rows (every row only writes -1).
@@ -147,7 +149,10 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   a.copy_bytes = c.row_bytes;
   a.physical_rows = d_out.device_data();
   a.stats = d_stats.device_data();
-  a.plan = {d_count.device_data(), d_plan_slot.device_data(), d_plan_token.device_data()};
+  auto d_fetched =
+      Buffer<std::int32_t>::device(static_cast<std::size_t>(c.batch), Backend::cuda, "fetched");
+  a.plan = {d_count.device_data(), d_plan_slot.device_data(), d_plan_token.device_data(),
+            c.fetch_in_resolve ? d_fetched.device_data() : nullptr};
   a.batch = c.batch;
   a.top_k = kTopK;
   a.hot = c.hot;
@@ -369,6 +374,14 @@ bool register_swap_in() {
         c.phases = true;
         register_case(case_name("swap_in_phases", c) + fmt::format("/path:{}", path_name(resolve)),
                       c);
+      }
+  // Few misses fetched by the resolve block itself (MissPlan::fetched) or all by the copy kernel.
+  for (int batch : {1, 64})
+    for (double miss : {0.001, 0.01, 0.2, 1.0})
+      for (bool fetch : {false, true}) {
+        SwapInCase c{16, batch, 4096, 656, miss};
+        c.fetch_in_resolve = fetch;
+        register_case(case_name("swap_in_fetch", c) + fmt::format("/fetch:{}", fetch ? 1 : 0), c);
       }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
   // (0: one chunk per block; small chunks: many waves, each over a band of requests).
