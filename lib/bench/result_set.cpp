@@ -35,6 +35,7 @@ nlohmann::json to_json(const PointRecord& r) {
                      {"top_k", c.top_k},
                      {"hot_buffer", c.hot_buffer},
                      {"budget_bits", c.budget_bits},
+                     {"fathom_klt", c.fathom_klt},
                      {"policy", c.policy}}},
                    {"status", r.ok ? "ok" : "failed"},
                    {"error", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.error)}};

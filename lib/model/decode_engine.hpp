@@ -51,6 +51,7 @@ struct EngineConfig {
   int top_k = 0;                       ///< 0: the model's indexer top_k (DSA) or 2048
   int hot_buffer = 0;                  ///< hisparse slots per request and layer (0: 2 * top_k)
   int budget_bits = 48;                ///< fathom plane bits per token per KV head
+  bool fathom_klt = false;             ///< fathom modes: plan and scan in each stream's KLT basis
   std::string policy = "lru";  ///< hot-buffer replacement (analysis): lru|fifo|random|belady
   WorkloadSpec workload;
   int max_decode_steps = 0;     ///< steps the engine may run: sizes the host pool and plane stores

@@ -33,6 +33,8 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
         fmt::format("fathom planes of layer {}", l)));
     variances_.emplace_back(static_cast<std::size_t>(shape.streams) *
                             static_cast<std::size_t>(shape.head_dim));
+    bases_.emplace_back(shape.klt ? static_cast<std::size_t>(shape.streams) : 0,
+                        fathom::KltBasis::identity(shape.head_dim));
   }
 }
 
@@ -45,9 +47,20 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
     const float* src = keys + static_cast<std::ptrdiff_t>(s) * stream_stride;
     std::uint16_t* dst = bf.data() + static_cast<std::size_t>(s) * per_stream;
     for (std::size_t i = 0; i < per_stream; ++i) dst[i] = float_to_bf16(src[i]);
-    const auto var =
-        fathom::calibration_variance(dst, tokens, shape_.head_dim, kCalibrationSkip,
-                                     static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
+    std::vector<float> var;
+    if (shape_.klt) {
+      // The stream's eigenbasis from the same calibration tokens; the store holds rotated keys.
+      fathom::KltBasis& basis =
+          bases_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)];
+      basis = fathom::KltBasis::calibrate(dst, tokens, shape_.head_dim, kCalibrationSkip, tokens);
+      const std::vector<std::uint16_t> original(dst, dst + per_stream);
+      basis.rotate_keys(original.data(), dst, tokens);
+      var = basis.variances();
+    } else {
+      var =
+          fathom::calibration_variance(dst, tokens, shape_.head_dim, kCalibrationSkip,
+                                       static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
+    }
     std::copy(var.begin(), var.end(),
               variances_[static_cast<std::size_t>(layer)].begin() +
                   static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s) * d));
@@ -58,13 +71,31 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
 
 void FathomKeyIndex::append(int layer, const float* keys) {
   const auto d = static_cast<std::size_t>(shape_.head_dim);
-  const auto bf = to_bf16(keys, static_cast<std::size_t>(shape_.streams) * d);
+  auto bf = to_bf16(keys, static_cast<std::size_t>(shape_.streams) * d);
+  if (shape_.klt) {
+    for (int s = 0; s < shape_.streams; ++s) {
+      const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s) * d);
+      const std::vector<std::uint16_t> original(bf.begin() + at,
+                                                bf.begin() + at + static_cast<std::ptrdiff_t>(d));
+      bases_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)].rotate_keys(
+          original.data(), bf.data() + at, 1);
+    }
+  }
   stores_[static_cast<std::size_t>(layer)]->append(0, shape_.streams, bf.data(), shape_.head_dim,
                                                    shape_.head_dim, 1);
 }
 
 FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::int32_t* out) {
   const fathom::PlaneStore& store = *stores_[static_cast<std::size_t>(layer)];
+  if (shape_.klt) {  // queries into each stream's basis (q'.k' = q.k)
+    const auto per_stream = static_cast<std::size_t>(shape_.group) * shape_.head_dim;
+    rotated_queries_.resize(static_cast<std::size_t>(shape_.streams) * per_stream);
+    for (int s = 0; s < shape_.streams; ++s)
+      bases_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)].rotate(
+          queries + static_cast<std::size_t>(s) * per_stream,
+          rotated_queries_.data() + static_cast<std::size_t>(s) * per_stream, shape_.group);
+    queries = rotated_queries_.data();
+  }
   const auto selection =
       selector_.select(store, queries, shape_.group,
                        variances_[static_cast<std::size_t>(layer)].data(), shape_.streams);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
 #include "fathom/selector.hpp"
 
@@ -22,6 +23,10 @@ struct FathomIndexShape {
   int head_dim = 0;
   int group = 1;              ///< query heads per KV head
   std::int64_t capacity = 0;  ///< tokens per stream
+  /// Plan and scan in each stream's calibration eigenbasis (fathom::KltBasis of its context keys):
+  /// keys are rotated before quantisation and queries before planning, and the planner's
+  /// variances are the eigenvalues. For models without QK-norm. Exact attention is unaffected.
+  bool klt = false;
 };
 
 /// What one select() read and chose.
@@ -54,7 +59,9 @@ class FathomKeyIndex {
   int width_ = 0;
   fathom::FathomSelector selector_;
   std::vector<std::unique_ptr<fathom::PlaneStore>> stores_;
-  std::vector<std::vector<float>> variances_;  ///< per layer [streams][head_dim]
+  std::vector<std::vector<float>> variances_;         ///< per layer [streams][head_dim]
+  std::vector<std::vector<fathom::KltBasis>> bases_;  ///< klt: per layer, per stream
+  std::vector<float> rotated_queries_;                ///< klt: [streams][group][head_dim]
 };
 
 }  // namespace hisparse

@@ -12,13 +12,14 @@ const std::vector<std::string>& scenario_key_paths() {
     std::vector<std::string> k{
         "name",           "description",  "model",        "backend", "mode",       "concurrency",
         "context_length", "decode_steps", "warmup_steps", "top_k",   "hot_buffer", "budget_bits",
-        "policy",         "workload",     "sweep",        "outputs", "trace"};
+        "policy",         "workload",     "sweep",        "outputs", "trace",      "fathom"};
     for (const char* w :
          {"generator", "seed", "channel_spread_decades", "outlier_channels", "outlier_scale",
           "sink_tokens", "recency_bias", "query_drift", "replay_path"})
       k.push_back(std::string("workload.") + w);
     for (const auto& axis : sweep_axis_names()) k.push_back("sweep." + axis);
-    for (const char* o : {"outputs.dir", "outputs.formats", "trace.enabled", "trace.steps"})
+    for (const char* o :
+         {"outputs.dir", "outputs.formats", "trace.enabled", "trace.steps", "fathom.klt"})
       k.emplace_back(o);
     return k;
   }();

@@ -243,6 +243,7 @@ class ScenarioParser {
     s.outputs.dir = std::filesystem::path("results") / s.name;
     if (root["outputs"]) outputs(root["outputs"], s.outputs);
     if (root["trace"]) trace(root["trace"], s.trace);
+    if (root["fathom"]) fathom(root["fathom"], s.fathom);
 
     // Sweepable keys: the scalar first, then the sweep list replaces it.
     for (const auto& rule : axis_rules()) {
@@ -380,6 +381,13 @@ class ScenarioParser {
     if (n["steps"]) t.steps = static_cast<int>(r_.integer(n["steps"], "trace.steps", 1, 1000000));
   }
 
+  void fathom(const YAML::Node& n, FathomSpec& f) {
+    if (!n.IsMap())
+      throw Error(r_.where("fathom", n), "expected a mapping", "write e.g. 'fathom: {klt: true}'");
+    r_.known_keys(n, "fathom", {"klt"});
+    if (n["klt"]) f.klt = r_.boolean(n["klt"], "fathom.klt");
+  }
+
   ModelSpec load(const AxisValue& v) { return load_model_named(v.text, v.where, base_dir_); }
 
   const Reader& r_;
@@ -425,6 +433,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
     c.hot_buffer = static_cast<int>(value("hot_buffer").number);
     c.budget_bits = static_cast<int>(value("budget_bits").number);
     c.policy = value("policy").text;
+    c.fathom_klt = s.fathom.klt;
     c.workload = s.workload;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
@@ -571,6 +580,7 @@ nlohmann::json Scenario::to_json() const {
                    {"replay_path", workload.replay_path}};
   j["outputs"] = {{"dir", outputs.dir.string()}, {"formats", outputs.formats}};
   j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
+  j["fathom"] = {{"klt", fathom.klt}};
   return j;
 }
 

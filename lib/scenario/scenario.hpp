@@ -35,6 +35,9 @@
 //   outputs:
 //     dir: results/quick        # [results/<name>]; --out overrides it
 //     formats: [json, csv, md, html]  # any non-empty subset [all four]; html: report.html
+//   fathom:                     # options of the fathom and hisparse+fathom modes
+//     klt: false                # plan and scan in each KV stream's calibration eigenbasis (KLT;
+//                               # for models without QK-norm, whose key channels are correlated)
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -80,6 +83,10 @@ struct TraceSpec {
   int steps = 4;
 };
 
+struct FathomSpec {
+  bool klt = false;  ///< EngineConfig::fathom_klt
+};
+
 /// One point of the sweep: the engine configuration it runs and the axis values that made it.
 struct SweepPoint {
   std::size_t index = 0;
@@ -100,6 +107,7 @@ class Scenario {
   WorkloadSpec workload;
   OutputSpec outputs;
   TraceSpec trace;
+  FathomSpec fathom;
   /// Every sweepable key with its values: one value when not swept.
   std::map<std::string, std::vector<AxisValue>> values;
   /// Names of the keys that are swept (a subset of sweep_axis_names(), in that order).

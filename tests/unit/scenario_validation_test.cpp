@@ -39,8 +39,28 @@ workload: {generator: synthetic, seed: 5, channel_spread_decades: 2, outlier_cha
            outlier_scale: 8, sink_tokens: 2, recency_bias: 1, query_drift: 0, replay_path: ""}
 outputs: {dir: out, formats: [md]}
 trace: {enabled: false, steps: 2}
+fathom: {klt: true}
 )"),
             "no error");
+}
+
+TEST(ScenarioValidation, FathomKltReachesEveryPointAndTheResults) {
+  const Scenario s = parse_scenario(
+      "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {klt: true}\nsweep: {budget_bits: [32, "
+      "64]}\n",
+      "s.yaml");
+  ASSERT_EQ(s.expand().size(), 2u);
+  for (const auto& p : s.expand()) EXPECT_TRUE(p.config.fathom_klt);
+  EXPECT_EQ(s.to_json()["fathom"]["klt"], true);
+  const Scenario plain = parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n", "s.yaml");
+  EXPECT_FALSE(plain.expand().front().config.fathom_klt);
+  EXPECT_EQ(plain.to_json()["fathom"]["klt"], false);
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nfathom: {klt: 3}\n"),
+            "s.yaml:3:15: fathom.klt: expected true or false, got '3'; write true or false");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nfathom: {kl: true}\n"),
+            "s.yaml:3:10: fathom.kl: unknown key; did you mean 'klt'?");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nfathom: true\n"),
+            "s.yaml:3:9: fathom: expected a mapping; write e.g. 'fathom: {klt: true}'");
 }
 
 TEST(ScenarioValidation, UnknownKeysSuggestTheNearest) {
