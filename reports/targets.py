@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Issue 3 and 4 speed targets against a hisparse-microbench JSON file (--benchmark_out).
+
+Usage: reports/targets.py microbench.json [more.json ...]
+Prints one Markdown row per target: the benchmark, the figure, the target and whether it is met;
+a target whose benchmark is missing from the files is listed as "not run". Exit status 0 always:
+this is a report, not a gate (ctest and CI gate correctness; speed is read by people).
+"""
+import json
+import sys
+
+# (label, benchmark name prefix, counter, comparison, bound)
+SWAP = "swap_in/pool_gb:16/"
+SCAN = "fathom_scan/"
+TARGETS = [
+    ("#3 batch 64, 20% miss: time", SWAP + "batch:64/hot:4096/row:656/miss:0.2/", "us_per_call", "<=", 382),
+    ("#3 batch 64, 20% miss: missed bytes", SWAP + "batch:64/hot:4096/row:656/miss:0.2/", "missed_GBps", ">=", 45),
+    ("#3 batch 100, 20% miss", SWAP + "batch:100/hot:4096/row:656/miss:0.2/", "us_per_call", "<=", 600),
+    ("#3 batch 100, hot 8192, 20% miss", SWAP + "batch:100/hot:8192/row:656/miss:0.2/", "us_per_call", "<=", 620),
+    ("#3 batch 64, 0.1% miss", SWAP + "batch:64/hot:4096/row:656/miss:0.001/", "us_per_call", "<=", 10),
+    ("#3 batch 1, 0.1% miss", SWAP + "batch:1/hot:4096/row:656/miss:0.001/", "us_per_call", "<=", 8),
+    ("#3 batch 1, 20% miss", SWAP + "batch:1/hot:4096/row:656/miss:0.2/", "us_per_call", "<=", 20),
+    ("#3 batch 1, 100% miss", SWAP + "batch:1/hot:4096/row:656/miss:1/", "us_per_call", "<=", 40),
+    ("#3 1152-B rows, batch 64, 100% miss", SWAP + "batch:64/hot:4096/row:1152/miss:1/", "missed_GBps", ">=", 50),
+    ("#4 HBM scan B48 128K batch 8 (fraction of HBM)", SCAN + "hbm/budget:48/context:131072/batch:8/", "ceiling_fraction", ">=", 0.5),
+    ("#4 HBM scan B48 1M batch 32 (fraction of HBM)", SCAN + "hbm/budget:48/context:1048576/batch:32/", "ceiling_fraction", ">=", 0.5),
+    ("#4 host scan B48 1M batch 1 (fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:1/", "ceiling_fraction", ">=", 0.9),
+    ("#4 planner batch 8, one graph replay", "fathom_plan/batch:8/", "us_per_call", "<=", 5),
+]
+# The fused planner's cost is a difference of two scans.
+FUSED = ("#4 planner fused into the scan (fused - given, 128K batch 8)",
+         "fathom_scan_plan/fused/hbm/budget:48/context:131072/batch:8/",
+         "fathom_scan_plan/given/hbm/budget:48/context:131072/batch:8/", 5)
+
+
+def load(paths):
+    runs = {}
+    for path in paths:
+        with open(path) as f:
+            for b in json.load(f).get("benchmarks", []):
+                if "error_occurred" in b and b["error_occurred"]:
+                    continue
+                runs[b["name"]] = b
+    return runs
+
+
+def find(runs, prefix):
+    for name, b in runs.items():
+        if name.startswith(prefix):
+            return b
+    return None
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    runs = load(argv[1:])
+    print("| target | figure | bound | met |")
+    print("| --- | ---: | ---: | --- |")
+    for label, prefix, counter, op, bound in TARGETS:
+        b = find(runs, prefix)
+        if b is None or counter not in b:
+            print(f"| {label} | not run | {op} {bound} | - |")
+            continue
+        v = b[counter]
+        met = v <= bound if op == "<=" else v >= bound
+        print(f"| {label} | {v:.4g} {counter} | {op} {bound} | {'yes' if met else 'no'} |")
+    label, fused, given, bound = FUSED
+    f, g = find(runs, fused), find(runs, given)
+    if f is None or g is None:
+        print(f"| {label} | not run | <= {bound} us | - |")
+    else:
+        d = f["us_per_call"] - g["us_per_call"]
+        print(f"| {label} | {d:.3g} us | <= {bound} us | {'yes' if d <= bound else 'no'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
