@@ -142,7 +142,8 @@ TEST(EngineFathomKlt, IndexSelectsLikeTheSelectorsKltPath) {
   for (std::size_t row = 0; row < keys.size() / kDim; ++row) {
     float independent[kDim];
     for (int j = 0; j < kDim; ++j)
-      independent[j] = static_cast<float>(rng.normal()) * std::pow(10.0f, -1.5f * static_cast<float>(j) / kDim);
+      independent[j] =
+          static_cast<float>(rng.normal()) * std::pow(10.0f, -1.5f * static_cast<float>(j) / kDim);
     for (int i = 0; i < kDim; ++i) {
       float sum = 0;
       for (int j = 0; j < kDim; ++j) sum += mix[i * kDim + j] * independent[j];
