@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/metrics.hpp"
 #include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
 #include "fathom/selector.hpp"
@@ -210,17 +211,7 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
         attention_over(q, heads, data.keys.data(), data.values.data(), n, d,
                        std::span<const std::int32_t>(sel.data(), static_cast<std::size_t>(count)),
                        approx.data());
-        double err = 0;
-        for (int h = 0; h < heads; ++h) {
-          double num = 0, den = 0;
-          for (int j = 0; j < d; ++j) {
-            const double diff = approx[h * d + j] - dense[h * d + j];
-            num += diff * diff;
-            den += static_cast<double>(dense[h * d + j]) * dense[h * d + j];
-          }
-          err += std::sqrt(num / std::max(den, 1e-300));
-        }
-        rows[m].attention_error += err / heads;
+        rows[m].attention_error += mean_relative_l2_error(approx.data(), dense.data(), heads, d);
       }
       samples += 1;
     }

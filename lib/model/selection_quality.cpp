@@ -55,20 +55,4 @@ double selection_recall(const SelectionRecallArgs& a) {
   return sum / (static_cast<double>(a.batch) * a.q_heads);
 }
 
-double mean_relative_l2_error(const float* approx, const float* exact, int vectors, int dim) {
-  if (vectors < 1) return 0.0;
-  double sum = 0;
-  for (int i = 0; i < vectors; ++i) {
-    double num = 0, den = 0;
-    for (int c = 0; c < dim; ++c) {
-      const double e = exact[static_cast<std::ptrdiff_t>(i) * dim + c];
-      const double d = approx[static_cast<std::ptrdiff_t>(i) * dim + c] - e;
-      num += d * d;
-      den += e * e;
-    }
-    sum += den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
-  }
-  return sum / vectors;
-}
-
 }  // namespace hisparse

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/metrics.hpp"  // mean_relative_l2_error, the error half of the quality
+
 namespace hisparse {
 
 /// Rows: the key of token t of (request b, KV head g) starts at
@@ -33,10 +35,5 @@ void top_k_positions(const float* scores, std::int64_t n, int k, std::int32_t* o
 /// the logit q_h . k_t (ties to the lower position, as kernels::topk_ref) and S the selection of
 /// the head's group. A selection larger than top_k is not penalised.
 [[nodiscard]] double selection_recall(const SelectionRecallArgs& args);
-
-/// Mean over `vectors` of ||approx_i - exact_i|| / ||exact_i|| (vectors of `dim` floats); a zero
-/// exact vector counts 0 when approx is zero too, else 1.
-[[nodiscard]] double mean_relative_l2_error(const float* approx, const float* exact, int vectors,
-                                            int dim);
 
 }  // namespace hisparse

@@ -12,6 +12,7 @@
 
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
+#include "core/metrics.hpp"
 #include "core/rng.hpp"
 #include "fathom/plane_scan.hpp"
 #include "fathom/plane_store.hpp"
@@ -571,17 +572,7 @@ TEST(FathomScanQuality, QuantizedWeightsKeepTheSelectionQuality) {
           attention_over(q, heads, data.keys.data(), data.values.data(), n, d,
                          std::span<const std::int32_t>(sel.data(), static_cast<std::size_t>(c)),
                          approx.data());
-          double err = 0;
-          for (int h = 0; h < heads; ++h) {
-            double num = 0, den = 0;
-            for (int j = 0; j < d; ++j) {
-              const double diff = approx[h * d + j] - dense[h * d + j];
-              num += diff * diff;
-              den += static_cast<double>(dense[h * d + j]) * dense[h * d + j];
-            }
-            err += std::sqrt(num / den) / heads;
-          }
-          error[variant] += err;
+          error[variant] += mean_relative_l2_error(approx.data(), dense.data(), heads, d);
         }
         ++samples;
       }

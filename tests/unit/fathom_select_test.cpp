@@ -13,6 +13,7 @@
 
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
+#include "core/metrics.hpp"
 #include "fathom/quality_study.hpp"
 #include "fathom/selector.hpp"
 #include "kernels/fathom/plane_scan.hpp"
@@ -225,17 +226,8 @@ std::pair<double, double> score_selection(const SyntheticKeys& data, int top_k,
                  dense.data());
   attention_over(data.query(0), heads, data.keys.data(), data.values.data(), n, d, sel,
                  approx.data());
-  double err = 0;
-  for (int h = 0; h < heads; ++h) {
-    double num = 0, den = 0;
-    for (int j = 0; j < d; ++j) {
-      const double diff = approx[h * d + j] - dense[h * d + j];
-      num += diff * diff;
-      den += static_cast<double>(dense[h * d + j]) * dense[h * d + j];
-    }
-    err += std::sqrt(num / den);
-  }
-  return {static_cast<double>(inter.size()) / static_cast<double>(oracle.size()), err / heads};
+  return {static_cast<double>(inter.size()) / static_cast<double>(oracle.size()),
+          mean_relative_l2_error(approx.data(), dense.data(), heads, d)};
 }
 
 TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {

@@ -1,0 +1,28 @@
+// Error metrics shared by the engine's quality measurement and the Fathom quality study.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+namespace hisparse {
+
+/// Mean over `vectors` of ||approx_i - exact_i|| / ||exact_i|| (vectors of `dim` floats); a zero
+/// exact vector counts 0 when approx is zero too, else 1.
+[[nodiscard]] inline double mean_relative_l2_error(const float* approx, const float* exact,
+                                                   int vectors, int dim) {
+  if (vectors < 1) return 0.0;
+  double sum = 0;
+  for (int i = 0; i < vectors; ++i) {
+    double num = 0, den = 0;
+    for (int c = 0; c < dim; ++c) {
+      const double e = exact[static_cast<std::ptrdiff_t>(i) * dim + c];
+      const double d = approx[static_cast<std::ptrdiff_t>(i) * dim + c] - e;
+      num += d * d;
+      den += e * e;
+    }
+    sum += den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
+  }
+  return sum / vectors;
+}
+
+}  // namespace hisparse
