@@ -14,11 +14,6 @@ namespace hisparse {
 namespace {
 constexpr int kCalibrationSkip = 16;  // attention sinks distort the first tokens' statistics
 
-std::vector<std::uint16_t> to_bf16(const float* x, std::size_t n) {
-  std::vector<std::uint16_t> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = float_to_bf16(x[i]);
-  return out;
-}
 }  // namespace
 
 FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
@@ -70,19 +65,22 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
 }
 
 void FathomKeyIndex::append(int layer, const float* keys) {
-  const auto d = static_cast<std::size_t>(shape_.head_dim);
-  auto bf = to_bf16(keys, static_cast<std::size_t>(shape_.streams) * d);
-  if (shape_.klt) {
+  // Per-step scratch kept between calls: no allocation on the decode path.
+  const auto n =
+      static_cast<std::size_t>(shape_.streams) * static_cast<std::size_t>(shape_.head_dim);
+  key_bf16_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) key_bf16_[i] = float_to_bf16(keys[i]);
+  if (shape_.klt) {  // the stored keys are rotated; rotate_keys needs a separate output
+    key_rotated_.resize(n);
     for (int s = 0; s < shape_.streams; ++s) {
-      const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s) * d);
-      const std::vector<std::uint16_t> original(bf.begin() + at,
-                                                bf.begin() + at + static_cast<std::ptrdiff_t>(d));
+      const auto at = static_cast<std::size_t>(s) * static_cast<std::size_t>(shape_.head_dim);
       bases_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)].rotate_keys(
-          original.data(), bf.data() + at, 1);
+          key_bf16_.data() + at, key_rotated_.data() + at, 1);
     }
   }
-  stores_[static_cast<std::size_t>(layer)]->append(0, shape_.streams, bf.data(), shape_.head_dim,
-                                                   shape_.head_dim, 1);
+  stores_[static_cast<std::size_t>(layer)]->append(
+      0, shape_.streams, shape_.klt ? key_rotated_.data() : key_bf16_.data(), shape_.head_dim,
+      shape_.head_dim, 1);
 }
 
 FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::int32_t* out) {

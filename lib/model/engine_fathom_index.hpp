@@ -59,9 +59,10 @@ class FathomKeyIndex {
   int width_ = 0;
   fathom::FathomSelector selector_;
   std::vector<std::unique_ptr<fathom::PlaneStore>> stores_;
-  std::vector<std::vector<float>> variances_;         ///< per layer [streams][head_dim]
-  std::vector<std::vector<fathom::KltBasis>> bases_;  ///< klt: per layer, per stream
-  std::vector<float> rotated_queries_;                ///< klt: [streams][group][head_dim]
+  std::vector<std::vector<float>> variances_;          ///< per layer [streams][head_dim]
+  std::vector<std::vector<fathom::KltBasis>> bases_;   ///< klt: per layer, per stream
+  std::vector<float> rotated_queries_;                 ///< klt: [streams][group][head_dim]
+  std::vector<std::uint16_t> key_bf16_, key_rotated_;  ///< append(): [streams][head_dim]
 };
 
 }  // namespace hisparse
