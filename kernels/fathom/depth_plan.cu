@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) depth_plan_kernel(DepthPl
 
 void launch_depth_plan(const DepthPlanArgs& args, cudaStream_t stream) {
   if (args.streams == 0) return;
+  static_assert(kMaxChannels == 256, "the PER_LANE instances below cover 32 x 8 channels");
   const unsigned grid = static_cast<unsigned>((args.streams + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const unsigned threads = 32 * kWarpsPerBlock;
   if (args.channels <= 32)

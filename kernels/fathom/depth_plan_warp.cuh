@@ -96,6 +96,7 @@ __device__ __forceinline__ void plan_stream_warp_lean(const DepthPlanArgs& args,
 /// plan_stream_warp_lean for any head_dim <= kMaxChannels.
 __device__ __forceinline__ void plan_stream_warp_lean_any(const DepthPlanArgs& args, std::int32_t s,
                                                           int lane, std::uint8_t* out) {
+  static_assert(kMaxChannels == 256, "the PER_LANE instances below cover 32 x 8 channels");
   if (args.channels <= 32)
     plan_stream_warp_lean<1>(args, s, lane, out);
   else if (args.channels <= 64)
@@ -104,21 +105,6 @@ __device__ __forceinline__ void plan_stream_warp_lean_any(const DepthPlanArgs& a
     plan_stream_warp_lean<4>(args, s, lane, out);
   else
     plan_stream_warp_lean<8>(args, s, lane, out);
-}
-
-/// plan_stream_warp for any head_dim <= kMaxChannels (the per-lane width chosen at run time).
-__device__ __forceinline__ void plan_stream_warp_any(const DepthPlanArgs& args, std::int32_t s,
-                                                     int lane, std::uint8_t* out,
-                                                     float* log2_theta) {
-  static_assert(kMaxChannels == 256, "the PER_LANE instances below cover 32 x 8 channels");
-  if (args.channels <= 32)
-    plan_stream_warp<1>(args, s, lane, out, log2_theta);
-  else if (args.channels <= 64)
-    plan_stream_warp<2>(args, s, lane, out, log2_theta);
-  else if (args.channels <= 128)
-    plan_stream_warp<4>(args, s, lane, out, log2_theta);
-  else
-    plan_stream_warp<8>(args, s, lane, out, log2_theta);
 }
 
 }  // namespace hisparse::kernels::fathom
