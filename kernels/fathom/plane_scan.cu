@@ -14,6 +14,7 @@
 #include "kernels/fathom/depth_plan_warp.cuh"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
+#include "kernels/fathom/plane_stage.cuh"
 
 namespace hisparse::kernels::fathom {
 namespace {
@@ -148,6 +149,19 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], const std::uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Spins (one thread) until a staging round is published: every one of the `parts` copy blocks
+// of the stream added 1 with release semantics after its stores (PlaneStaging). The acquire load
+// and the block barrier that follows make the round's bytes visible to every thread's cp.async
+// (which reads L2).
+__device__ __forceinline__ void wait_landed(const std::int32_t* flag, int parts) {
+  int v = 0;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if (v >= parts) return;
+    __nanosleep(200);
+  }
+}
+
 // Fused scan + streaming top-k of one chunk of one stream (plane_scan_fragments.hpp has the
 // register layout). Per tile of tile_blocks blocks: cp.async stages the active plane units and
 // scales of the next tile while this one is scored; a prep pass quantizes the weights of every
@@ -159,7 +173,11 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], const std::uint32_t (&a)[4
 // needs half the accumulators, which keeps the capped variants free of spills. GROUP > 0 compiles
 // for exactly that many query heads (the common GQA group of 4): every per-head loop and test is
 // then resolved at compile time, which removes most of the prep's branches.
-template <int THREADS, int MIN_BLOCKS, int MAX_HEADS, int GROUP = 0>
+// STAGED: instances for staged host planes (ws.staging set) carry the copy role and read the
+// staging area; the others are compiled without any of it, so HBM and direct host scans keep
+// their code (the copy role in the same instance cost the direct host scan 2x and the HBM scan
+// 7%, measured).
+template <int THREADS, int MIN_BLOCKS, int MAX_HEADS, int GROUP = 0, bool STAGED = false>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     scan_select_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, ScanSharedPlan m) {
   static_assert(GROUP >= 0 && GROUP <= MAX_HEADS);
@@ -184,7 +202,28 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto* scratch = reinterpret_cast<int*>(smem + m.scratch);
   auto* buf = reinterpret_cast<std::uint64_t*>(smem + m.buf);
 
-  const int s = blockIdx.y, chunk = blockIdx.x, tid = threadIdx.x;
+  constexpr bool staged = STAGED;
+  const int tid = static_cast<int>(threadIdx.x);
+  // Staged host planes: roles by ticket in order of start (1-D grid). The first copy_blocks
+  // blocks copy, so the copy is running before any scan block can wait for a round; the others
+  // scan ticket - copy_blocks = stream * chunks + chunk. The stream is read back from shared
+  // memory where it is used (volatile), like blockIdx on the plain path, so that it and what is
+  // derived from it need not stay in registers across the tile loop.
+  __shared__ int role;
+  if constexpr (staged) {
+    if (tid == 0) role = atomicAdd(ws.staging.ticket, 1) - ws.staging.copy_blocks;
+    __syncthreads();
+    if (role < 0) {
+      stage_detail::stage_copy_block<THREADS>(a, ws.staging, ws.chunks, m.tile_blocks,
+                                              role + ws.staging.copy_blocks, smem);
+      return;
+    }
+  }
+  const auto stream_index = [&]() -> int {
+    return staged ? *static_cast<volatile int*>(&role) / ws.chunks : static_cast<int>(blockIdx.y);
+  };
+  const int s = stream_index();
+  const int chunk = staged ? role % ws.chunks : static_cast<int>(blockIdx.x);
   const int lane = tid % 32, warp = tid / 32;
   const int d = a.layout.channels, tb = m.tile_blocks;
   const int heads = GROUP > 0 ? GROUP : a.heads;
@@ -196,14 +235,21 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   // tile and token indices are kept in 32-bit registers.
   const int nb = static_cast<int>((n + kBlockTokens - 1) / kBlockTokens);
   const int tiles = (nb + tb - 1) / tb;
-  const int tile_begin = static_cast<int>(static_cast<std::int64_t>(tiles) * chunk / ws.chunks),
-            tile_end = static_cast<int>(static_cast<std::int64_t>(tiles) * (chunk + 1) / ws.chunks);
+  // A chunk scores a contiguous range of tiles, or (staged host planes) every chunks-th tile from
+  // its own index, so that each staging round (chunks consecutive tiles) feeds every chunk.
+  const int tile_step = staged ? ws.chunks : 1;
+  const int tile_begin =
+      staged ? chunk : static_cast<int>(static_cast<std::int64_t>(tiles) * chunk / ws.chunks);
+  const int tile_end =
+      staged ? tiles : static_cast<int>(static_cast<std::int64_t>(tiles) * (chunk + 1) / ws.chunks);
   const int first_eligible = static_cast<int>(n < a.sinks ? n : a.sinks);
   const int end_eligible =
       static_cast<int>(n - a.recent > first_eligible ? n - a.recent : first_eligible);
-  const std::uint64_t* words = a.words + s * a.layout.words_per_stream();
-  const std::uint16_t* scales = a.scales + s * a.layout.scales_per_stream();
-  const std::int64_t count_base = (static_cast<std::int64_t>(s) * heads) * ws.chunks + chunk;
+  // Entry of (stream, head 0, chunk) in the candidate counts (recomputed where used).
+  const auto count_base = [&]() -> std::int64_t {
+    return (static_cast<std::int64_t>(stream_index()) * heads) * ws.chunks +
+           (staged ? *static_cast<volatile int*>(&role) % ws.chunks : static_cast<int>(blockIdx.x));
+  };
 
   const std::uint8_t* depths = a.depths + static_cast<std::int64_t>(s) * d;
   if (a.plan_variances != nullptr) {
@@ -229,7 +275,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   __syncthreads();
   const int n_slots = scratch[0], n_units = scratch[1];
   if (n_units > m.units_cap) {  // depths exceed the budget the launch was sized for
-    for (int h = tid; h < heads; h += THREADS) ws.candidate_counts[count_base + h * ws.chunks] = -1;
+    for (int h = tid; h < heads; h += THREADS)
+      ws.candidate_counts[count_base() + h * ws.chunks] = -1;
     return;
   }
   for (int i = n_slots + tid; i < sp; i += THREADS) slot_info[i] = 0;  // depth 0 padding
@@ -242,9 +289,23 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   __syncthreads();
 
   // Stage one tile: 16-byte pieces of tb words per active (channel, plane) and tb scales per
-  // slot. Pieces of blocks past the stream's end are skipped (never read).
+  // slot. Pieces of blocks past the stream's end are skipped (never read). Staged host planes
+  // come from the HBM staging area (unit ordinal and slot major) once their round has landed.
+  const PlaneStaging& staging = ws.staging;
   auto stage = [&](int tile, int st) {
     const int b0 = tile * tb;
+    const std::int64_t at = stream_index();
+    const std::uint64_t* words = staged
+                                     ? staging.words + at * staging.units_cap * staging.blocks_cap
+                                     : a.words + at * a.layout.words_per_stream();
+    const std::uint16_t* scales = staged
+                                      ? staging.scales + at * staging.slots_cap * staging.blocks_cap
+                                      : a.scales + at * a.layout.scales_per_stream();
+    if constexpr (staged) {
+      if (tid == 0)
+        wait_landed(staging.landed + at * staging.rounds + tile / ws.chunks, staging.parts);
+      __syncthreads();
+    }
     std::uint64_t* dst_w = words_s + st * (m.words_stage / 8);
     const int pieces_w_log2 = tb_log2 - 1, pieces_w = tb / 2;
     for (int i = tid; i < n_units * pieces_w; i += THREADS) {
@@ -252,7 +313,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       const int b = b0 + 2 * c;
       if (b < nb) {
         const int code = unit_code[u];
-        cp_async16(dst_w + u * tb + 2 * c, words + a.layout.word_index(b, code >> 2, code & 3));
+        cp_async16(dst_w + u * tb + 2 * c,
+                   words + (staged ? u * staging.blocks_cap + b
+                                   : a.layout.word_index(b, code >> 2, code & 3)));
       }
     }
     std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);
@@ -261,7 +324,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       const int sl = i >> pieces_s_log2, c = i & (pieces_s - 1);
       const int b = b0 + 8 * c;
       if (b < nb)
-        cp_async16(dst_s + sl * tb + 8 * c, scales + a.layout.scale_index(b, slot_channel[sl]));
+        cp_async16(dst_s + sl * tb + 8 * c,
+                   scales + (staged ? sl * staging.blocks_cap + b
+                                    : a.layout.scale_index(b, slot_channel[sl])));
     }
     cp_async_commit();
   };
@@ -386,7 +451,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         const int dot = acc[p][i];
         const int token = base + mma::lane_token(lane, i);
         if (a.scores && token < n)
-          a.scores[(static_cast<std::int64_t>(s) * heads + h) * a.max_tokens + token] =
+          a.scores[(static_cast<std::int64_t>(stream_index()) * heads + h) * a.max_tokens + token] =
               quantized_score(2 * dot + offset, shift);
         if (dot >= floor && token >= first_eligible && token < end_eligible) {
           const std::uint64_t key = selection_key(quantized_score(2 * dot + offset, shift),
@@ -399,10 +464,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 
   if (tile_begin < tile_end) stage(tile_begin, 0);
   int it = 0;
-  for (int tile = tile_begin; tile < tile_end; ++tile, ++it) {
+  for (int tile = tile_begin; tile < tile_end; tile += tile_step, ++it) {
     const int st = it & 1;
-    if (tile + 1 < tile_end) {
-      stage(tile + 1, st ^ 1);  // that buffer was last read before the previous tile's end
+    if (tile + tile_step < tile_end) {
+      stage(tile + tile_step, st ^ 1);  // that buffer was last read before the previous tile's end
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
@@ -430,9 +495,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       compact_top<THREADS>(buf + h * m.cap, &counts[h], a.keep, hist, scratch);
     const int c = counts[h];
     std::uint64_t* out =
-        ws.candidates + (count_base + static_cast<std::int64_t>(h) * ws.chunks) * a.keep;
+        ws.candidates + (count_base() + static_cast<std::int64_t>(h) * ws.chunks) * a.keep;
     for (int i = tid; i < c; i += THREADS) out[i] = buf[h * m.cap + i];
-    if (tid == 0) ws.candidate_counts[count_base + h * ws.chunks] = c;
+    if (tid == 0) ws.candidate_counts[count_base() + h * ws.chunks] = c;
   }
 }
 
@@ -562,12 +627,22 @@ constexpr auto kVariantIndices =
     std::make_index_sequence<static_cast<std::size_t>(kScanVariantCount)>();
 constexpr auto kScanKernelsUpTo4Heads = scan_kernel_table<4>(kVariantIndices);
 constexpr auto kScanKernelsUpTo8Heads = scan_kernel_table<kMaxGroupHeads>(kVariantIndices);
+// Staged host planes: the default variant only (kStagedVariant).
+template <int MAX_HEADS, int GROUP = 0>
+constexpr ScanKernel kStagedScanKernel =
+    &scan_select_kernel<kScanVariants[kStagedVariant].threads,
+                        scan_blocks_per_sm(kScanVariants[kStagedVariant], MAX_HEADS), MAX_HEADS,
+                        GROUP, true>;
 
 // The default variant for the GQA group of 4 (Qwen3-8B, Llama-3-8B: 32 query / 8 KV heads).
 constexpr ScanKernel kScanKernelGroupOf4 =
     &scan_select_kernel<kScanVariants[0].threads, scan_blocks_per_sm(kScanVariants[0], 4), 4, 4>;
 
-ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant) {
+ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant, bool staged) {
+  if (staged) {
+    if (args.heads == 4) return kStagedScanKernel<4, 4>;
+    return args.heads <= 4 ? kStagedScanKernel<4> : kStagedScanKernel<kMaxGroupHeads>;
+  }
   if (variant == 0 && args.heads == 4) return kScanKernelGroupOf4;
   const auto v = static_cast<std::size_t>(variant);
   return args.heads <= 4 ? kScanKernelsUpTo4Heads[v] : kScanKernelsUpTo8Heads[v];
@@ -578,7 +653,7 @@ ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant) {
 int plane_scan_resident_blocks(const PlaneScanArgs& args, const PlaneScanWorkspace& ws) {
   check_scan_variant(ws.variant, "fathom scan: workspace variant");
   const ScanSharedPlan scan = plan_scan_shared(args, ws.budget, ws.tile_blocks, ws.variant);
-  const ScanKernel kernel = scan_kernel_for(args, ws.variant);
+  const ScanKernel kernel = scan_kernel_for(args, ws.variant, ws.staging.enabled());
   HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(scan.total)));
   int blocks = 0;
@@ -607,12 +682,21 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
                     std::to_string(args.keep) + " needs " + std::to_string(fin.total / 1024) +
                     " KB of shared memory",
                 "lower top_k");
-  const ScanKernel kernel = scan_kernel_for(args, ws.variant);
+  const ScanKernel kernel = scan_kernel_for(args, ws.variant, ws.staging.enabled());
   HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(scan.total)));
   HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
       finalize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fin.total)));
-  const dim3 grid(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(args.streams));
+  dim3 grid(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(args.streams));
+  if (ws.staging.enabled()) {
+    check_staging(args, ws);
+    if (stage_copy_shared_bytes(args, ws.staging) > scan.total)
+      throw Error("fathom scan: staging",
+                  "the copy blocks' stream tables do not fit the scan block's shared memory",
+                  "use more copy blocks (PlaneScan::set_host_staging)");
+    reset_staging(args, ws, stream);
+    grid = dim3(static_cast<unsigned>(ws.chunks * args.streams + ws.staging.copy_blocks));
+  }
   kernel<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
            stream>>>(args, ws, scan);
   HISPARSE_CUDA_CHECK_LAUNCH();

@@ -60,6 +60,50 @@ struct PlaneScanArgs {
   }
 };
 
+/// Host-plane staging (host layout, scan variant kStagedVariant): copy blocks move the step's
+/// active plane runs and scales from pinned host memory into this HBM area, round after round,
+/// while the scan waits per round on `landed` and reads HBM. The copy blocks are the scan
+/// kernel's own first blocks to start (a ticket gives each block its role), so both run at once
+/// and the copy is resident before any scan block waits for it; a separate copy kernel with
+/// programmatic dependent launch was measured to run before the scan, not beside it. Round r
+/// holds tiles [r * chunks, (r + 1) * chunks) of every stream and scan chunk c takes tiles c,
+/// c + chunks, ..., so every round feeds every scan block. The copy reads one run per active
+/// (channel, plane) and round with many loads in flight, and the scan never waits on PCIe
+/// latency. Disabled (the scan reads mapped host memory itself) when `words` is null.
+struct PlaneStaging {
+  std::uint64_t* words = nullptr;   ///< [streams][units_cap][blocks_cap], by plane-unit ordinal
+  std::uint16_t* scales = nullptr;  ///< [streams][slots_cap][blocks_cap], by channel slot
+  std::int32_t* landed = nullptr;   ///< [streams][rounds]: copy blocks done with the round
+  std::int32_t* ticket = nullptr;   ///< one int after `landed`: the scan blocks' role counter
+  std::int32_t units_cap = 0;       ///< plane units per stream (the budget)
+  std::int32_t slots_cap = 0;       ///< channel slots per stream
+  std::int64_t blocks_cap = 0;      ///< quantization blocks per unit (whole tiles)
+  std::int32_t rounds = 0;          ///< tiles_max / chunks, rounded up
+  std::int32_t copy_blocks = 0;     ///< scan blocks that take the copy role
+  /// Copy blocks per stream (each takes one contiguous share of a round's pieces); landed
+  /// counts them, and a round is in HBM once its flag reaches `parts`.
+  std::int32_t parts = 1;
+  /// Scan rounds one copy step moves together (longer host runs, a later first round).
+  std::int32_t rounds_per_copy = 1;
+  [[nodiscard]] HISPARSE_HD bool enabled() const { return words != nullptr; }
+  [[nodiscard]] std::int64_t word_count(std::int32_t streams) const {
+    return static_cast<std::int64_t>(streams) * units_cap * blocks_cap;
+  }
+  [[nodiscard]] std::int64_t scale_count(std::int32_t streams) const {
+    return static_cast<std::int64_t>(streams) * slots_cap * blocks_cap;
+  }
+  [[nodiscard]] std::int64_t flag_count(std::int32_t streams) const {
+    return static_cast<std::int64_t>(streams) * rounds;
+  }
+};
+
+/// What plan_scan_workspace is asked to size for host-layout planes (ignored for HBM planes).
+struct HostStaging {
+  bool enabled = false;
+  int copy_blocks = 0;      ///< 0: stage_copy_blocks(streams) (plane_scan_config.hpp)
+  int rounds_per_copy = 0;  ///< 0: kStageRoundsPerCopy
+};
+
 /// Device workspace of the fused kernels (sized by plane_scan_workspace, owned by lib/).
 struct PlaneScanWorkspace {
   std::int32_t chunks = 1;                   ///< scan blocks per stream
@@ -68,6 +112,9 @@ struct PlaneScanWorkspace {
   std::int32_t budget = 0;                   ///< largest sum of depths of any stream
   std::uint64_t* candidates = nullptr;       ///< [streams][heads][chunks][keep]
   std::int32_t* candidate_counts = nullptr;  ///< [streams][heads][chunks]
+  /// Shape of the host staging when plan_scan_workspace was asked for it (pointers are the
+  /// owner's to set; left null, the scan reads host planes directly).
+  PlaneStaging staging;
   [[nodiscard]] std::int64_t candidate_words(const PlaneScanArgs& a) const {
     return static_cast<std::int64_t>(a.streams) * a.heads * chunks * a.keep;
   }
@@ -95,11 +142,14 @@ struct ScanSharedPlan {
                                               int tile_blocks, int variant = 0);
 
 /// Chooses chunks and tile size for a launch on a GPU with `multiprocessors` SMs; `budget` is the
-/// largest sum of depths any stream will use; `variant` indexes kScanVariants. Throws Error when
-/// the variant does not exist or the candidate buffers of `heads` x `keep` do not fit in shared
-/// memory.
+/// largest sum of depths any stream will use; `variant` indexes kScanVariants. With
+/// `staging.enabled` and host-layout planes it also sizes a PlaneStaging (HBM-sized tiles, the
+/// copy kernel's blocks taken out of the scan's residency). Throws Error when the variant does
+/// not exist, the staging shape is negative, or the candidate buffers of `heads` x `keep` do not
+/// fit in shared memory.
 [[nodiscard]] PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget,
-                                                     int multiprocessors, int variant = 0);
+                                                     int multiprocessors, int variant = 0,
+                                                     HostStaging staging = {});
 
 /// Throws Error naming `where` unless 0 <= variant < kScanVariantCount.
 void check_scan_variant(int variant, const char* where);

@@ -21,7 +21,9 @@ struct ScanVariant {
 /// Index 0 is the default. Shared-memory targets leave 1 KB per block of the SM's 228 KB for the
 /// runtime; registers per thread are capped at 64K / (threads x blocks_per_sm). Every entry
 /// compiles without register spills (ptxas -v); 24 warps per SM (256 x 3, 80 registers) spill
-/// 24-80 bytes and 32 warps (256 x 4, 64 registers) 76-160 bytes, so they are not offered.
+/// 24-80 bytes and 32 warps (256 x 4, 64 registers) 76-160 bytes, so they are not offered. The
+/// staged-host instances of variant 0 (which carry the copy role) spill 8 bytes (group of 4),
+/// 20 (up to 4 heads) and 92 (up to 8 heads).
 inline constexpr ScanVariant kScanVariants[] = {
     {256, 2, 16, 64, 110 * 1024, 2},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
     {128, 4, 8, 16, 54 * 1024, 1},    // 1: 16 warps/SM in 4-warp blocks (cheaper barriers)
@@ -54,6 +56,24 @@ inline constexpr std::int64_t kScanTileBytesMax = 32 * 1024;
 /// one 16-block superblock.
 inline constexpr int kScanTileBlocksMin = 8;
 inline constexpr int kFinalizeThreads = 512;
+
+/// Host-plane staging (PlaneStaging): the copy blocks are scan blocks that took the copy role,
+/// kStageUnroll 16-byte loads in flight per thread. At least kStageBlocksMin of them (with fewer
+/// streams, several per stream), one per kStageStreamsPerBlock streams beyond that (every copy
+/// block plans and orders its streams in shared memory first). kStageRoundsPerCopy scan rounds
+/// move per copy step. kStageThreads: threads of the copy-only diagnostic kernel (those of the
+/// default scan variant).
+inline constexpr int kStageThreads = 256;
+inline constexpr int kStageUnroll = 4;
+inline constexpr int kStageBlocksMin = 16;
+inline constexpr int kStageStreamsPerBlock = 16;
+inline constexpr int kStageRoundsPerCopy = 1;
+/// The scan variant compiled for staged host planes (other variants read host planes in place).
+inline constexpr int kStagedVariant = 0;
+constexpr int stage_copy_blocks(int streams) {
+  const int by_streams = (streams + kStageStreamsPerBlock - 1) / kStageStreamsPerBlock;
+  return by_streams > kStageBlocksMin ? by_streams : kStageBlocksMin;
+}
 
 /// Tokens one round of a block of `threads` scores (every warp one 64-token block); candidate
 /// buffers are checked for compaction after every round.

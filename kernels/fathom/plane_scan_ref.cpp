@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
+#include "kernels/fathom/plane_stage.hpp"
 
 namespace hisparse::kernels::fathom {
 
@@ -221,7 +222,7 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
 }
 
 PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, int multiprocessors,
-                                       int variant) {
+                                       int variant, HostStaging host_staging) {
   check_scan_variant(variant, "fathom scan: variant");
   const ScanVariant& v = kScanVariants[variant];
   PlaneScanWorkspace ws;
@@ -232,8 +233,17 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   if (args.layout.channels < 1 || args.layout.channels > kMaxChannels)
     throw Error("fathom scan: head_dim", fmt::format("head_dim {}", args.layout.channels),
                 fmt::format("use 1..{}", kMaxChannels));
-  // Tile: long runs for host planes, one superblock for HBM; fewer blocks for large budgets.
-  int tile = args.layout.kind == PlaneLayoutKind::host ? v.tile_blocks_host : v.tile_blocks_hbm;
+  // Tile: long runs for host planes read in place, one superblock for HBM (and for staged host
+  // planes, which the scan reads from HBM); fewer blocks for large budgets.
+  const bool staged = host_staging.enabled && args.layout.kind == PlaneLayoutKind::host &&
+                      variant == kStagedVariant;
+  if (host_staging.copy_blocks < 0 || host_staging.rounds_per_copy < 0)
+    throw Error("fathom scan: staging",
+                fmt::format("{} copy blocks, {} rounds per copy", host_staging.copy_blocks,
+                            host_staging.rounds_per_copy),
+                "use 0 (the default) or a positive count");
+  int tile =
+      args.layout.kind == PlaneLayoutKind::host && !staged ? v.tile_blocks_host : v.tile_blocks_hbm;
   const std::int64_t units = std::clamp(budget, 1, kPlanes * args.layout.channels);
   while (tile > kScanTileBlocksMin && units * tile * 8 > kScanTileBytesMax) tile /= 2;
   ws.tile_blocks = tile;
@@ -256,9 +266,24 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   const std::int64_t max_chunks = std::max<std::int64_t>(1, tiles_max / min_tiles);
   // Chunks per stream: fill whole waves of resident scan blocks (a last wave that is mostly
   // empty nearly doubles the time); among equally good counts take the fewest.
-  const double resident =
-      static_cast<double>(std::max(1, multiprocessors)) * static_cast<double>(blocks_per_sm);
   const std::int64_t streams = std::max(1, args.streams);
+  // A staging copy block is a scan block with the copy role: it takes one scan block's place.
+  // Its streams' tables must fit the scan block's shared memory. With more copy blocks than
+  // streams, each stream gets the same number (its parts).
+  int copy_blocks = 0, parts = 1;
+  if (staged) {
+    const int s32 = static_cast<int>(streams);
+    copy_blocks = host_staging.copy_blocks > 0 ? host_staging.copy_blocks : stage_copy_blocks(s32);
+    const auto fit = std::max<std::int64_t>(1, shared / stage_table_bytes(args.layout.channels));
+    copy_blocks = std::max(copy_blocks, static_cast<int>((streams + fit - 1) / fit));
+    if (copy_blocks >= s32) {
+      parts = copy_blocks / s32;
+      copy_blocks = parts * s32;
+    }
+  }
+  const double resident = std::max(
+      1.0, static_cast<double>(std::max(1, multiprocessors)) * static_cast<double>(blocks_per_sm) -
+               copy_blocks);
   const std::int64_t fill =
       (static_cast<std::int64_t>(resident) + streams - 1) / streams;  // chunks for one wave
   std::int64_t best = 1;
@@ -273,6 +298,17 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
     }
   }
   ws.chunks = static_cast<std::int32_t>(best);
+  if (staged) {
+    PlaneStaging& st = ws.staging;
+    st.units_cap = static_cast<std::int32_t>(units);
+    st.slots_cap = std::min(st.units_cap, args.layout.channels);
+    st.blocks_cap = tiles_max * tile;
+    st.rounds = static_cast<std::int32_t>((tiles_max + best - 1) / best);
+    st.copy_blocks = copy_blocks;
+    st.parts = parts;
+    st.rounds_per_copy =
+        host_staging.rounds_per_copy > 0 ? host_staging.rounds_per_copy : kStageRoundsPerCopy;
+  }
   return ws;
 }
 

@@ -57,6 +57,7 @@ class Allocation {
 template <class T>
 class Buffer {
  public:
+  using value_type = T;
   Buffer() = default;
   static Buffer host(std::size_t n, std::string label) {
     return Buffer(Allocation::host(n * sizeof(T), std::move(label)), n);

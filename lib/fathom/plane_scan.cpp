@@ -1,5 +1,7 @@
 #include "fathom/plane_scan.hpp"
 
+#include <type_traits>
+
 #include "trace/nvtx.hpp"
 
 namespace hisparse::fathom {
@@ -28,8 +30,10 @@ void PlaneScan::set_variant(int variant) {
 void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stream) {
   HISPARSE_RANGE("fathom_scan_select", Phase::scan);
   // Planned on both backends: it also rejects shapes the kernel cannot take.
+  kf::HostStaging staging = host_staging_;
+  staging.enabled = staging.enabled && backend_ == Backend::cuda;
   [[maybe_unused]] kf::PlaneScanWorkspace ws =
-      kf::plan_scan_workspace(args, budget, multiprocessors_, variant_);
+      kf::plan_scan_workspace(args, budget, multiprocessors_, variant_, staging);
   if (backend_ == Backend::cpu) {
     kf::plane_scan_select_ref(args);
     return;
@@ -43,6 +47,19 @@ void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stre
     counts_ = Buffer<std::int32_t>::device(counts, backend_, "fathom scan counts");
   ws.candidates = candidates_.device_data();
   ws.candidate_counts = counts_.device_data();
+  if (kf::PlaneStaging& st = ws.staging; st.copy_blocks > 0) {
+    // Grown on demand like the candidates (the area holds one step's active planes in HBM).
+    const auto grow = [&](auto& buffer, std::int64_t n, const char* label) {
+      using T = typename std::decay_t<decltype(buffer)>::value_type;
+      if (buffer.size() < static_cast<std::size_t>(n))
+        buffer = Buffer<T>::device(static_cast<std::size_t>(n), backend_, label);
+      return buffer.device_data();
+    };
+    st.words = grow(staged_words_, st.word_count(args.streams), "fathom staged planes");
+    st.scales = grow(staged_scales_, st.scale_count(args.streams), "fathom staged scales");
+    st.landed = grow(landed_, st.flag_count(args.streams) + 1, "fathom staging flags");
+    st.ticket = st.landed + st.flag_count(args.streams);
+  }
   ws_ = ws;
   kf::launch_plane_scan_select(args, ws, stream);
 #else

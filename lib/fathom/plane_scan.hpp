@@ -24,6 +24,14 @@ class PlaneScan {
   /// Throws Error for an index that does not exist.
   void set_variant(int variant);
   [[nodiscard]] int variant() const noexcept { return variant_; }
+  /// Host-layout planes on the GPU: stage each step's active planes into HBM with a copy kernel
+  /// that runs beside the scan (kernels::fathom::PlaneStaging; the default), or let the scan read
+  /// mapped host memory itself (false). Both give the same selection. `copy_blocks` and
+  /// `rounds_per_copy` tune the copy (0: the defaults of plane_scan_config.hpp).
+  void set_host_staging(bool on, int copy_blocks = 0, int rounds_per_copy = 0) noexcept {
+    host_staging_ = {on, copy_blocks, rounds_per_copy};
+  }
+  [[nodiscard]] bool host_staging() const noexcept { return host_staging_.enabled; }
   [[nodiscard]] const kernels::fathom::PlaneScanWorkspace& workspace() const noexcept {
     return ws_;
   }
@@ -32,9 +40,13 @@ class PlaneScan {
   Backend backend_;
   int multiprocessors_ = 132;
   int variant_ = 0;
+  kernels::fathom::HostStaging host_staging_{true, 0, 0};
   kernels::fathom::PlaneScanWorkspace ws_;
   Buffer<std::uint64_t> candidates_;
   Buffer<std::int32_t> counts_;
+  Buffer<std::uint64_t> staged_words_;
+  Buffer<std::uint16_t> staged_scales_;
+  Buffer<std::int32_t> landed_;
 };
 
 }  // namespace hisparse::fathom

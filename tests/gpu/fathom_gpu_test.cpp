@@ -264,10 +264,26 @@ void run_scan_case(const ScanCase& c) {
   a.selected = sel.device_data();
   a.selected_count = cnt.device_data();
   a.scores = scores.device_data();
-  // Every kernel variant (plane_scan_config.hpp) must reproduce the twin bit for bit; the
-  // outputs are overwritten with a sentinel before each run.
-  for (int variant = 0; variant < kf::kScanVariantCount; ++variant) {
-    SCOPED_TRACE("scan variant " + std::to_string(variant));
+  // Every kernel variant (plane_scan_config.hpp), and for host planes both the staged copy and
+  // the scan's own reads of mapped memory, must reproduce the twin bit for bit; the outputs are
+  // overwritten with a sentinel before each run.
+  // Staged host planes run with the default copy shape and with two copy blocks per stream
+  // moving three rounds at a time.
+  struct Staging {
+    bool on;
+    int copy_blocks, rounds_per_copy;
+    std::string name;
+  };
+  const std::vector<Staging> stagings =
+      c.kind == PlaneLayoutKind::host
+          ? std::vector<Staging>{{true, 0, 0, "staged"},
+                                 {true, 2 * streams, 3, "staged, 2 parts, 3 rounds per copy"},
+                                 {false, 0, 0, "direct"}}
+          : std::vector<Staging>{{false, 0, 0, "HBM"}};
+  for (int run = 0; run < kf::kScanVariantCount * static_cast<int>(stagings.size()); ++run) {
+    const int variant = run % kf::kScanVariantCount;
+    const Staging& staging = stagings[static_cast<std::size_t>(run / kf::kScanVariantCount)];
+    SCOPED_TRACE("scan variant " + std::to_string(variant) + ", " + staging.name);
     copy_bytes(sel.device_data(), std::vector<std::int32_t>(sel.size(), -7).data(), sel.size() * 4,
                Backend::cuda);
     copy_bytes(cnt.device_data(), std::vector<std::int32_t>(cnt.size(), -7).data(), cnt.size() * 4,
@@ -276,9 +292,18 @@ void run_scan_case(const ScanCase& c) {
                scores.size() * 4, Backend::cuda);
     PlaneScan scan(Backend::cuda);
     scan.set_variant(variant);
+    scan.set_host_staging(staging.on, staging.copy_blocks, staging.rounds_per_copy);
     scan.run(a, c.budget, stream.native());
     stream.synchronize();
     EXPECT_EQ(scan.workspace().variant, variant);
+    // The staging path really ran (where asked for, on the variant compiled for it), in the
+    // shape asked for; the other variants read host planes in place.
+    const kf::PlaneStaging& st = scan.workspace().staging;
+    EXPECT_EQ(st.enabled(), staging.on && variant == kf::kStagedVariant);
+    if (st.enabled() && staging.copy_blocks > 0) {
+      EXPECT_EQ(st.parts, 2);
+      EXPECT_EQ(st.rounds_per_copy, 3);
+    }
     const auto got_count = to_host(cnt.device_data(), cnt.size(), Backend::cuda);
     const auto got = to_host(sel.device_data(), sel.size(), Backend::cuda);
     const auto got_scores = to_host(scores.device_data(), scores.size(), Backend::cuda);
@@ -304,14 +329,17 @@ void run_scan_case(const ScanCase& c) {
   fused.plan_budget = c.budget;
   fused.planned_depths = planned.device_data();
   fused.scores = nullptr;
-  for (int variant = 0; variant < kf::kScanVariantCount; ++variant) {
-    SCOPED_TRACE("fused plan, scan variant " + std::to_string(variant));
+  for (int run = 0; run < kf::kScanVariantCount * static_cast<int>(stagings.size()); ++run) {
+    const int variant = run % kf::kScanVariantCount;
+    const Staging& staging = stagings[static_cast<std::size_t>(run / kf::kScanVariantCount)];
+    SCOPED_TRACE("fused plan, scan variant " + std::to_string(variant) + ", " + staging.name);
     copy_bytes(planned.device_data(), std::vector<std::uint8_t>(planned.size(), 9).data(),
                planned.size(), Backend::cuda);
     copy_bytes(cnt.device_data(), std::vector<std::int32_t>(cnt.size(), -7).data(), cnt.size() * 4,
                Backend::cuda);
     PlaneScan scan(Backend::cuda);
     scan.set_variant(variant);
+    scan.set_host_staging(staging.on, staging.copy_blocks, staging.rounds_per_copy);
     scan.run(fused, c.budget, stream.native());
     stream.synchronize();
     EXPECT_EQ(to_host(planned.device_data(), planned.size(), Backend::cuda), depths);

@@ -23,6 +23,7 @@
 #include "kernels/fathom/plane_scan.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
+#include "kernels/fathom/plane_stage.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -448,6 +449,81 @@ TEST(FathomScanTwin, ChunksFillWholeWavesOfScanBlocks) {
   EXPECT_EQ(chunks(256, 1048576), 1);  // 256 blocks
   EXPECT_EQ(chunks(8, 1048576), 33);   // 264 blocks
   EXPECT_EQ(chunks(8, 2048), 1);       // at least 4 x keep tokens per chunk
+}
+
+// Staged host planes (PlaneStaging): the scan reads HBM, so it takes the HBM tile; the copy
+// kernel's blocks come out of the scan's residency; the staging holds the budget's units for
+// whole tiles and one round per `chunks` tiles. HBM planes and unasked-for staging size none.
+TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
+  kf::PlaneScanArgs a;
+  a.layout.channels = 128;
+  a.layout.kind = kf::PlaneLayoutKind::host;
+  a.heads = 4;
+  a.keep = 476;
+  a.streams = 8;
+  a.max_tokens = 1048576;
+  const auto ws = kf::plan_scan_workspace(a, 48, 132, 0, {true});
+  EXPECT_EQ(ws.tile_blocks, 16);
+  EXPECT_EQ(ws.chunks, 31);  // 8 streams x 31 = 248 = 264 slots - 16 copy blocks
+  EXPECT_EQ(ws.staging.copy_blocks, 16);
+  EXPECT_EQ(ws.staging.parts, 2);  // 2 copy blocks per stream
+  EXPECT_EQ(ws.staging.units_cap, 48);
+  EXPECT_EQ(ws.staging.slots_cap, 48);
+  EXPECT_EQ(ws.staging.blocks_cap, 16384);
+  EXPECT_EQ(ws.staging.rounds, 34);  // 1024 tiles / 31 chunks
+  EXPECT_EQ(ws.staging.word_count(8), 8LL * 48 * 16384);
+  EXPECT_EQ(ws.staging.flag_count(8), 8 * 34);
+  EXPECT_FALSE(ws.staging.enabled());  // the owner sets the buffers
+  const auto direct = kf::plan_scan_workspace(a, 48, 132, 0, {false});
+  EXPECT_EQ(direct.tile_blocks, 64);
+  EXPECT_EQ(direct.chunks, 33);
+  EXPECT_EQ(direct.staging.copy_blocks, 0);
+  a.layout.kind = kf::PlaneLayoutKind::hbm;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 0);
+  // One copy block per 16 streams beyond the minimum of 16.
+  EXPECT_EQ(kf::stage_copy_blocks(3), 16);
+  EXPECT_EQ(kf::stage_copy_blocks(256), 16);
+  EXPECT_EQ(kf::stage_copy_blocks(1024), 64);
+  // 3 streams: 5 copy blocks each (15 of the 16).
+  a.layout.kind = kf::PlaneLayoutKind::host;
+  a.streams = 3;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 15);
+  // Only the staged variant stages; the others read host planes in place.
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 2, {true}).staging.copy_blocks, 0);
+  // Small scan blocks (one head, keep 64, budget 8) hold fewer stream tables than 16: 256
+  // streams then need more copy blocks, each within the scan block's shared memory.
+  a.streams = 256;
+  a.heads = 1;
+  a.keep = 64;
+  const auto small = kf::plan_scan_workspace(a, 8, 132, 0, {true});
+  const auto small_shared = kf::plan_scan_shared(a, 8, small.tile_blocks).total;
+  const std::int64_t per_block = small_shared / kf::stage_table_bytes(128);
+  ASSERT_LT(per_block, 16);
+  EXPECT_EQ(small.staging.copy_blocks, (256 + per_block - 1) / per_block);
+  EXPECT_LE(kf::stage_copy_shared_bytes(a, small.staging), small_shared);
+  a.streams = 8;
+  a.heads = 4;
+  a.keep = 476;
+  // More copy blocks than streams: whole shares per stream (20 -> 2 parts x 8 streams).
+  const auto shared = kf::plan_scan_workspace(a, 48, 132, 0, {true, 20, 4});
+  EXPECT_EQ(shared.staging.copy_blocks, 16);
+  EXPECT_EQ(shared.staging.parts, 2);
+  EXPECT_EQ(shared.staging.rounds_per_copy, 4);
+  EXPECT_EQ(ws.staging.rounds_per_copy, kf::kStageRoundsPerCopy);
+  try {
+    (void)kf::plan_scan_workspace(a, 48, 132, 0, {true, -1, 0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "fathom scan: staging: -1 copy blocks, 0 rounds per copy; use 0 (the default) or "
+                 "a positive count");
+  }
+  // A budget above every plane (head_dim 40 x 4) stages every unit; slots stop at head_dim.
+  a.layout.kind = kf::PlaneLayoutKind::host;
+  a.layout.channels = 40;
+  const auto full = kf::plan_scan_workspace(a, 512, 132, 0, {true});
+  EXPECT_EQ(full.staging.units_cap, 160);
+  EXPECT_EQ(full.staging.slots_cap, 40);
 }
 
 // Every kernel variant at the microbenchmark's shape (Qwen3-8B group of 4 heads, top_k 512,

@@ -11,6 +11,9 @@
 //    reads straight from mapped pinned memory, so the transfer is overlapped with the scan).
 //  - fathom_scan_variant/variant:V/...: the same scan with kernel variant V (kScanVariants: threads
 //    per block, blocks per SM, tile); label and counters give the resident warps per SM.
+//  - fathom_scan_host/{staged|direct}/...: host planes staged into HBM by a copy kernel beside the
+//    scan (the default) or read in place by the scan; fathom_scan_stage_tune/copy_blocks:G/
+//    rounds_per_copy:K/...: the staging copy's shape.
 //  - fathom_scan_plan/{given|separate|fused}/hbm/budget:48/context:C/batch:8: the scan with depths
 //    planned beforehand, after the planner kernel in the same graph, or planned inside the scan
 //    (PlaneScanArgs::plan_variances); the difference is what planning costs a decode step.
@@ -27,6 +30,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/dtypes.hpp"
@@ -37,6 +41,7 @@
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/plane_scan.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
+#include "kernels/fathom/plane_stage.hpp"
 #include "kernels/fathom/quantize_pack.hpp"
 #include "microbench_util.hpp"
 
@@ -65,6 +70,13 @@ struct ScanCase {
   /// Where the depths come from: given (planned before, untimed), separate (the planner kernel
   /// then the scan, both timed in one graph), fused (every scan block plans its own stream).
   enum class Plan { given, separate, fused } plan = Plan::given;
+  /// Diagnostic: time the staging copy alone (no scan) in the graph.
+  bool copy_only = false;
+  /// Host planes: staged into HBM by the copy kernel beside the scan (PlaneStaging), or read by
+  /// the scan from mapped host memory itself.
+  bool staged = true;
+  int copy_blocks = 0;      ///< staging copy blocks, 0: the default
+  int rounds_per_copy = 0;  ///< staging rounds per copy step, 0: the default
 };
 
 /// Random queries [streams][heads][d] and per-KV-head variances [kKvHeads][d] spread over three
@@ -184,6 +196,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   Stream stream(Backend::cuda);
   fathom::PlaneScan scan(Backend::cuda);
   scan.set_variant(c.variant);
+  scan.set_host_staging(c.staged, c.copy_blocks, c.rounds_per_copy);
   scan.run(a, c.budget, stream.native());  // warm-up; sizes the workspace outside the capture
   stream.synchronize();
   std::vector<std::int32_t> counts(streams);
@@ -197,7 +210,11 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   GpuTimer timer(stream);
   const CapturedGraph graph(stream, [&](cudaStream_t s) {
     if (c.plan == ScanCase::Plan::separate) kf::launch_depth_plan(planner, s);
-    scan.run(a, c.budget, s);
+    if (c.copy_only) {
+      kf::launch_plane_stage(a, scan.workspace(), s);
+    } else {
+      scan.run(a, c.budget, s);
+    }
   });
   double total = 0;
   for (auto _ : state) {
@@ -224,11 +241,18 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   const auto smem = kf::plan_scan_shared(a, c.budget, ws.tile_blocks, ws.variant).total;
   state.counters["variant"] = ws.variant;
   state.counters["resident_warps_per_sm"] = resident * v.threads / 32;
+  const std::string source =
+      !host ? "HBM planes"
+      : ws.staging.enabled()
+          ? fmt::format("host planes staged by {} copy blocks in {} rounds, {} per copy",
+                        ws.staging.copy_blocks, ws.staging.rounds, ws.staging.rounds_per_copy)
+          : std::string("host planes read in place");
+  state.counters["staged"] = ws.staging.enabled() ? 1 : 0;
   state.SetLabel(fmt::format(
       "variant {}: {} streams, {} chunks x {}-block tiles, {} threads x {} blocks/SM resident "
-      "({} KB shared each), ceiling {:.0f} GB/s ({})",
-      ws.variant, streams, ws.chunks, ws.tile_blocks, v.threads, resident, smem / 1024, ceiling,
-      host ? "PCIe H2D" : "HBM copy"));
+      "({} KB shared each), {}, ceiling {:.0f} GB/s ({})",
+      ws.variant, streams, ws.chunks, ws.tile_blocks, v.threads, resident, smem / 1024, source,
+      ceiling, host ? "PCIe H2D" : "HBM copy"));
 }
 
 void run_plan(benchmark::State& state, int batch) {
@@ -363,36 +387,64 @@ void bench_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
   });
 }
 
+void register_scan(const std::string& name, const ScanCase& c) {
+  benchmark::RegisterBenchmark(name.c_str(), bench_scan, c)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(iterations());
+}
+const char* kind_name(kf::PlaneLayoutKind kind) {
+  return kind == kf::PlaneLayoutKind::hbm ? "hbm" : "host";
+}
+
 bool register_fathom() {
   for (auto kind : {kf::PlaneLayoutKind::hbm, kf::PlaneLayoutKind::host})
     for (std::int64_t context : {32768, 131072, 1048576})
       for (int batch : {1, 8, 32})
-        for (int budget : {40, 48, 64, 80, 128}) {
-          const ScanCase c{kind, budget, context, batch, 0};
-          benchmark::RegisterBenchmark(
-              fmt::format("fathom_scan/{}/budget:{}/context:{}/batch:{}",
-                          kind == kf::PlaneLayoutKind::hbm ? "hbm" : "host", budget, context, batch)
-                  .c_str(),
-              bench_scan, c)
-              ->UseManualTime()
-              ->Unit(benchmark::kMicrosecond)
-              ->Iterations(iterations());
-        }
+        for (int budget : {40, 48, 64, 80, 128})
+          register_scan(fmt::format("fathom_scan/{}/budget:{}/context:{}/batch:{}", kind_name(kind),
+                                    budget, context, batch),
+                        ScanCase{kind, budget, context, batch, 0});
   // Kernel variants (residency) on the issue-4 shapes: 128K x batch 8 and 1M x batch 32 in HBM,
   // 1M x batch 1 from host memory, budget 48.
   for (int variant = 0; variant < kf::kScanVariantCount; ++variant)
     for (const ScanCase& c : {ScanCase{kf::PlaneLayoutKind::hbm, 48, 131072, 8, variant},
                               ScanCase{kf::PlaneLayoutKind::hbm, 48, 1048576, 32, variant},
                               ScanCase{kf::PlaneLayoutKind::host, 48, 1048576, 1, variant}})
-      benchmark::RegisterBenchmark(
-          fmt::format("fathom_scan_variant/variant:{}/{}/budget:{}/context:{}/batch:{}", variant,
-                      c.kind == kf::PlaneLayoutKind::hbm ? "hbm" : "host", c.budget, c.context,
-                      c.batch)
-              .c_str(),
-          bench_scan, c)
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond)
-          ->Iterations(iterations());
+      register_scan(fmt::format("fathom_scan_variant/variant:{}/{}/budget:{}/context:{}/batch:{}",
+                                variant, kind_name(c.kind), c.budget, c.context, c.batch),
+                    c);
+  // Host planes staged into HBM beside the scan (the default) against the scan reading mapped
+  // host memory itself.
+  for (bool staged : {true, false})
+    for (int budget : {48, 128})
+      for (auto [context, batch] : {std::pair<std::int64_t, int>{1048576, 1}, {131072, 8}}) {
+        ScanCase c{kf::PlaneLayoutKind::host, budget, context, batch};
+        c.staged = staged;
+        register_scan(fmt::format("fathom_scan_host/{}/budget:{}/context:{}/batch:{}",
+                                  staged ? "staged" : "direct", budget, context, batch),
+                      c);
+      }
+  // Tuning of the staging copy (plane_scan_config.hpp kStage*): copy blocks x rounds per copy.
+  for (int blocks : {8, 16, 32, 64})
+    for (int rounds : {1, 4}) {
+      ScanCase c{kf::PlaneLayoutKind::host, 48, 1048576, 1};
+      c.copy_blocks = blocks;
+      c.rounds_per_copy = rounds;
+      register_scan(fmt::format("fathom_scan_stage_tune/copy_blocks:{}/rounds_per_copy:{}/host/"
+                                "budget:48/context:1048576/batch:1",
+                                blocks, rounds),
+                    c);
+    }
+  for (int blocks : {8, 16, 32}) {
+    ScanCase c{kf::PlaneLayoutKind::host, 48, 1048576, 1};
+    c.copy_blocks = blocks;
+    c.copy_only = true;
+    register_scan(fmt::format("fathom_scan_stage_copy/copy_blocks:{}/host/budget:48/"
+                              "context:1048576/batch:1",
+                              blocks),
+                  c);
+  }
   // What the planner adds to a decode step's scan: given depths (no planner), the planner kernel
   // then the scan, and the plan fused into the scan; 1K tokens make the scan itself short.
   for (std::int64_t context : {1024, 131072})
@@ -402,13 +454,8 @@ bool register_fathom() {
       const char* name = plan == ScanCase::Plan::given      ? "given"
                          : plan == ScanCase::Plan::separate ? "separate"
                                                             : "fused";
-      benchmark::RegisterBenchmark(
-          fmt::format("fathom_scan_plan/{}/hbm/budget:48/context:{}/batch:8", name, context)
-              .c_str(),
-          bench_scan, c)
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond)
-          ->Iterations(iterations());
+      register_scan(
+          fmt::format("fathom_scan_plan/{}/hbm/budget:48/context:{}/batch:8", name, context), c);
     }
   for (int batch : {1, 8, 32})
     benchmark::RegisterBenchmark(fmt::format("fathom_plan/batch:{}", batch).c_str(), bench_plan,
