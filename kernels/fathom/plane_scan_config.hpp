@@ -58,21 +58,28 @@ inline constexpr int kScanTileBlocksMin = 8;
 inline constexpr int kFinalizeThreads = 512;
 
 /// Host-plane staging (PlaneStaging): the copy blocks are scan blocks that took the copy role,
-/// kStageUnroll 16-byte loads in flight per thread. At least kStageBlocksMin of them (with fewer
-/// streams, several per stream), one per kStageStreamsPerBlock streams beyond that (every copy
-/// block plans and orders its streams in shared memory first). kStageRoundsPerCopy scan rounds
-/// move per copy step. kStageThreads: threads of the copy-only diagnostic kernel (those of the
-/// default scan variant).
+/// kStageUnroll 16-byte loads in flight per thread. One copy block per stream, at least
+/// kStageBlocksMin (several per stream when there are fewer streams) and at most kStageBlocksMax
+/// unless kStageStreamsPerBlock would be exceeded (every copy block plans and orders its streams
+/// in shared memory first). H200 sweep (budget 48, reports/PERF_LOG.md 2026-12-01): 1M x 8
+/// streams 1415 us at 16 blocks, 1397 at 64, 1412 at 128; 128K x 64 streams 1635 us at 16 (four
+/// streams per block), 1341 at 64 (one each), 1722 at 128. kStageRoundsPerCopy scan rounds move
+/// per copy step (4 was no better). kStageThreads: threads of the copy-only diagnostic kernel
+/// (those of the default scan variant).
 inline constexpr int kStageThreads = 256;
 inline constexpr int kStageUnroll = 4;
 inline constexpr int kStageBlocksMin = 16;
+inline constexpr int kStageBlocksMax = 64;
 inline constexpr int kStageStreamsPerBlock = 16;
 inline constexpr int kStageRoundsPerCopy = 1;
 /// The scan variant compiled for staged host planes (other variants read host planes in place).
 inline constexpr int kStagedVariant = 0;
 constexpr int stage_copy_blocks(int streams) {
-  const int by_streams = (streams + kStageStreamsPerBlock - 1) / kStageStreamsPerBlock;
-  return by_streams > kStageBlocksMin ? by_streams : kStageBlocksMin;
+  const int one_each = streams < kStageBlocksMin   ? kStageBlocksMin
+                       : streams > kStageBlocksMax ? kStageBlocksMax
+                                                   : streams;
+  const int by_tables = (streams + kStageStreamsPerBlock - 1) / kStageStreamsPerBlock;
+  return one_each > by_tables ? one_each : by_tables;
 }
 
 /// Tokens one round of a block of `threads` scores (every warp one 64-token block); candidate

@@ -480,26 +480,28 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(direct.staging.copy_blocks, 0);
   a.layout.kind = kf::PlaneLayoutKind::hbm;
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 0);
-  // One copy block per 16 streams beyond the minimum of 16.
+  // One copy block per stream within [16, 64], then one per 16 streams.
   EXPECT_EQ(kf::stage_copy_blocks(3), 16);
-  EXPECT_EQ(kf::stage_copy_blocks(256), 16);
-  EXPECT_EQ(kf::stage_copy_blocks(1024), 64);
+  EXPECT_EQ(kf::stage_copy_blocks(40), 40);
+  EXPECT_EQ(kf::stage_copy_blocks(256), 64);
+  EXPECT_EQ(kf::stage_copy_blocks(2048), 128);
   // 3 streams: 5 copy blocks each (15 of the 16).
   a.layout.kind = kf::PlaneLayoutKind::host;
   a.streams = 3;
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 15);
   // Only the staged variant stages; the others read host planes in place.
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 2, {true}).staging.copy_blocks, 0);
-  // Small scan blocks (one head, keep 64, budget 8) hold fewer stream tables than 16: 256
-  // streams then need more copy blocks, each within the scan block's shared memory.
-  a.streams = 256;
+  // Small scan blocks (one head, keep 64, budget 8) hold fewer stream tables than 16: 2048
+  // streams then need more copy blocks than 128, each within the scan block's shared memory.
+  a.streams = 2048;
   a.heads = 1;
   a.keep = 64;
   const auto small = kf::plan_scan_workspace(a, 8, 132, 0, {true});
   const auto small_shared = kf::plan_scan_shared(a, 8, small.tile_blocks).total;
   const std::int64_t per_block = small_shared / kf::stage_table_bytes(128);
   ASSERT_LT(per_block, 16);
-  EXPECT_EQ(small.staging.copy_blocks, (256 + per_block - 1) / per_block);
+  EXPECT_EQ(small.staging.copy_blocks, (2048 + per_block - 1) / per_block);
+  EXPECT_GT(small.staging.copy_blocks, 128);
   EXPECT_LE(kf::stage_copy_shared_bytes(a, small.staging), small_shared);
   a.streams = 8;
   a.heads = 4;

@@ -426,16 +426,17 @@ bool register_fathom() {
                       c);
       }
   // Tuning of the staging copy (plane_scan_config.hpp kStage*): copy blocks x rounds per copy.
-  for (int blocks : {8, 16, 32, 64})
-    for (int rounds : {1, 4}) {
-      ScanCase c{kf::PlaneLayoutKind::host, 48, 1048576, 1};
-      c.copy_blocks = blocks;
-      c.rounds_per_copy = rounds;
-      register_scan(fmt::format("fathom_scan_stage_tune/copy_blocks:{}/rounds_per_copy:{}/host/"
-                                "budget:48/context:1048576/batch:1",
-                                blocks, rounds),
-                    c);
-    }
+  for (auto [context, batch] : {std::pair<std::int64_t, int>{1048576, 1}, {131072, 8}})
+    for (int blocks : {8, 16, 32, 64, 128})
+      for (int rounds : {1, 4}) {
+        ScanCase c{kf::PlaneLayoutKind::host, 48, context, batch};
+        c.copy_blocks = blocks;
+        c.rounds_per_copy = rounds;
+        register_scan(fmt::format("fathom_scan_stage_tune/copy_blocks:{}/rounds_per_copy:{}/host/"
+                                  "budget:48/context:{}/batch:{}",
+                                  blocks, rounds, context, batch),
+                      c);
+      }
   for (int blocks : {8, 16, 32}) {
     ScanCase c{kf::PlaneLayoutKind::host, 48, 1048576, 1};
     c.copy_blocks = blocks;
