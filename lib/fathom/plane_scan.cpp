@@ -39,22 +39,17 @@ void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stre
     return;
   }
 #if HISPARSE_WITH_CUDA
-  const auto words = static_cast<std::size_t>(ws.candidate_words(args));
-  const auto counts = static_cast<std::size_t>(ws.count_entries(args));
-  if (candidates_.size() < words)
-    candidates_ = Buffer<std::uint64_t>::device(words, backend_, "fathom scan candidates");
-  if (counts_.size() < counts)
-    counts_ = Buffer<std::int32_t>::device(counts, backend_, "fathom scan counts");
-  ws.candidates = candidates_.device_data();
-  ws.candidate_counts = counts_.device_data();
+  // Device buffers grow on demand and are kept across calls (no allocation in a steady decode).
+  const auto grow = [&](auto& buffer, std::int64_t n, const char* label) {
+    using T = typename std::decay_t<decltype(buffer)>::value_type;
+    if (buffer.size() < static_cast<std::size_t>(n))
+      buffer = Buffer<T>::device(static_cast<std::size_t>(n), backend_, label);
+    return buffer.device_data();
+  };
+  ws.candidates = grow(candidates_, ws.candidate_words(args), "fathom scan candidates");
+  ws.candidate_counts = grow(counts_, ws.count_entries(args), "fathom scan counts");
   if (kf::PlaneStaging& st = ws.staging; st.copy_blocks > 0) {
-    // Grown on demand like the candidates (the area holds one step's active planes in HBM).
-    const auto grow = [&](auto& buffer, std::int64_t n, const char* label) {
-      using T = typename std::decay_t<decltype(buffer)>::value_type;
-      if (buffer.size() < static_cast<std::size_t>(n))
-        buffer = Buffer<T>::device(static_cast<std::size_t>(n), backend_, label);
-      return buffer.device_data();
-    };
+    // One step's active planes in HBM; the flags end with the copy blocks' role ticket.
     st.words = grow(staged_words_, st.word_count(args.streams), "fathom staged planes");
     st.scales = grow(staged_scales_, st.scale_count(args.streams), "fathom staged scales");
     st.landed = grow(landed_, st.flag_count(args.streams) + 1, "fathom staging flags");
