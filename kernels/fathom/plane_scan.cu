@@ -23,14 +23,18 @@ std::int64_t align16(std::int64_t x) {
   return (x + 15) / 16 * 16;
 }
 
-// Block-wide exclusive prefix count of `flag` (THREADS a multiple of 32, <= 1024). `warp_totals`
+// Block-wide exclusive prefix sum of `value` (THREADS a multiple of 32, <= 1024). `warp_totals`
 // holds 32 ints of shared memory. Returns the prefix; *total gets the block's sum.
 template <int THREADS>
-__device__ int block_exclusive_count(bool flag, int* warp_totals, int* total) {
+__device__ int block_exclusive_sum(int value, int* warp_totals, int* total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned ballot = __ballot_sync(0xffffffffu, flag);
-  const int in_warp = __popc(ballot & ((1u << lane) - 1u));
-  if (lane == 0) warp_totals[warp] = __popc(ballot);
+  int inclusive = value;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += v;
+  }
+  if (lane == 31) warp_totals[warp] = inclusive;
   __syncthreads();
   int before = 0, sum = 0;
 #pragma unroll
@@ -41,7 +45,11 @@ __device__ int block_exclusive_count(bool flag, int* warp_totals, int* total) {
   }
   __syncthreads();  // warp_totals may be reused right after
   *total = sum;
-  return before + in_warp;
+  return before + inclusive - value;
+}
+template <int THREADS>
+__device__ int block_exclusive_count(bool flag, int* warp_totals, int* total) {
+  return block_exclusive_sum<THREADS>(flag ? 1 : 0, warp_totals, total);
 }
 
 // Keeps the `keep` largest of the `*count` unique keys in buf (ordered in-place compaction after an
@@ -263,10 +271,14 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         a.planned_depths[static_cast<std::int64_t>(s) * d + j] = planned[j];
     depths = planned;
   }
-  if (tid == 0) {
+  if (warp == 0) {
     int units = 0;
-    scratch[0] = mma::order_slots(depths, d, slot_channel, slot_info, unit_code, &units);
-    scratch[1] = units;
+    const int slots =
+        mma::order_slots_warp(depths, d, slot_channel, slot_info, unit_code, &units, lane);
+    if (lane == 0) {
+      scratch[0] = slots;
+      scratch[1] = units;
+    }
   }
   for (int h = tid; h < kMaxGroupHeads; h += THREADS) {
     counts[h] = 0;
@@ -501,16 +513,18 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   }
 }
 
+// The merge kernel sorts and deduplicates the selection with a bitmap of the stream's positions
+// when max_tokens / 8 bytes fit its shared memory (up to about 1.6M tokens): one bit per
+// position, then the set bits read out in order. Otherwise it bitonic-sorts the positions
+// (66 barrier-separated stages at top_k 512; 20-25 us of the 29 us merge at 1K tokens, H200).
 struct FinalizeSmem {
-  int cap = 0, sort_size = 0;
+  int cap = 0, sort_size = 0;  // sort_size: 0 on the bitmap path
+  std::int64_t bitmap_words = 0;
   std::int64_t buf = 0, positions = 0, counts = 0, hist = 0, scratch = 0, total = 0;
 };
 
 FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
   FinalizeSmem m;
-  int p = 1;
-  while (p < a.max_selected()) p <<= 1;
-  m.sort_size = p;
   m.cap = a.keep + std::max(a.keep, 4 * kFinalizeThreads);
   std::int64_t off = 0;
   auto take = [&](std::int64_t bytes) {
@@ -519,10 +533,19 @@ FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
     return at;
   };
   m.buf = take(static_cast<std::int64_t>(m.cap) * 8);
-  m.positions = take(static_cast<std::int64_t>(p) * 4);
   m.counts = take(16);
   m.hist = take(256 * 4);
   m.scratch = take(64 * 8);
+  const std::int64_t words = (a.max_tokens + 31) / 32;
+  if (a.max_tokens > 0 && off + align16(words * 4) <= kFinalizeSharedMax) {
+    m.bitmap_words = words;
+    m.positions = take(words * 4);
+  } else {
+    int p = 1;
+    while (p < a.max_selected()) p <<= 1;
+    m.sort_size = p;
+    m.positions = take(static_cast<std::int64_t>(p) * 4);
+  }
   m.total = off;
   return m;
 }
@@ -543,8 +566,23 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   const std::int64_t first_eligible = n < a.sinks ? n : a.sinks;
   const std::int64_t end_eligible = n - a.recent > first_eligible ? n - a.recent : first_eligible;
   const int fixed = static_cast<int>(first_eligible + (n - end_eligible));
+  // Position i of the selection: a bit of the bitmap, or entry i of the list to sort.
+  const bool bitmap = m.sort_size == 0;
+  auto* bits = reinterpret_cast<std::uint32_t*>(positions);
+  const int words = static_cast<int>((n + 31) / 32);
+  if (bitmap) {
+    for (int i = tid; i < words; i += kFinalizeThreads) bits[i] = 0;
+    __syncthreads();
+  }
+  const auto emit = [&](int i, int position) {
+    if (bitmap) {
+      atomicOr(&bits[position >> 5], 1u << (position & 31));
+    } else {
+      positions[i] = position;
+    }
+  };
   for (int i = tid; i < fixed; i += kFinalizeThreads)
-    positions[i] = i < first_eligible ? i : static_cast<int>(end_eligible + (i - first_eligible));
+    emit(i, i < first_eligible ? i : static_cast<int>(end_eligible + (i - first_eligible)));
   int used = fixed;
   bool failed = false;
   for (int h = 0; h < a.heads; ++h) {
@@ -576,12 +614,25 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     if (counts[0] > a.keep) compact_top<kFinalizeThreads>(buf, &counts[0], a.keep, hist, scratch);
     const int c = counts[0];
     for (int i = tid; i < c; i += kFinalizeThreads)
-      positions[used + i] = static_cast<int>(selection_key_position(buf[i]));
+      emit(used + i, static_cast<int>(selection_key_position(buf[i])));
     used += c;
     __syncthreads();
   }
   if (failed) {
     if (tid == 0) a.selected_count[s] = -1;
+    return;
+  }
+  std::int32_t* out = a.selected + s * a.max_selected();
+  if (bitmap) {  // each thread reads out the set bits of its run of words, in order
+    const int per = (words + kFinalizeThreads - 1) / kFinalizeThreads;
+    const int w0 = min(tid * per, words), w1 = min(w0 + per, words);
+    int mine = 0;
+    for (int w = w0; w < w1; ++w) mine += __popc(bits[w]);
+    int total = 0;
+    int at = block_exclusive_sum<kFinalizeThreads>(mine, scratch + 2, &total);
+    for (int w = w0; w < w1; ++w)
+      for (std::uint32_t b = bits[w]; b != 0; b &= b - 1) out[at++] = 32 * w + __ffs(b) - 1;
+    if (tid == 0) a.selected_count[s] = total;
     return;
   }
   for (int i = used + tid; i < m.sort_size; i += kFinalizeThreads) positions[i] = 0x7fffffff;
@@ -602,7 +653,6 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       __syncthreads();
     }
   }
-  std::int32_t* out = a.selected + s * a.max_selected();
   int written = 0;
   for (int base = 0; base < used; base += kFinalizeThreads) {
     const int i = base + tid;
@@ -676,7 +726,7 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
     throw Error("fathom scan: workspace", "tile of " + std::to_string(ws.tile_blocks) + " blocks",
                 "use plan_scan_workspace()");
   const FinalizeSmem fin = plan_finalize_smem(args);
-  if (fin.total > 227 * 1024)
+  if (fin.total > kFinalizeSharedMax)
     throw Error("fathom scan: top_k",
                 "the final merge of " + std::to_string(args.heads) + " heads x keep " +
                     std::to_string(args.keep) + " needs " + std::to_string(fin.total / 1024) +

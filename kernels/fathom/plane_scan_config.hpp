@@ -22,8 +22,8 @@ struct ScanVariant {
 /// runtime; registers per thread are capped at 64K / (threads x blocks_per_sm). Every entry
 /// compiles without register spills (ptxas -v); 24 warps per SM (256 x 3, 80 registers) spill
 /// 24-80 bytes and 32 warps (256 x 4, 64 registers) 76-160 bytes, so they are not offered. The
-/// staged-host instances of variant 0 (which carry the copy role) spill 8 bytes (group of 4),
-/// 20 (up to 4 heads) and 92 (up to 8 heads).
+/// staged-host instances of variant 0 (which carry the copy role) spill 4 bytes (group of 4),
+/// 12 (up to 4 heads) and 88 (up to 8 heads).
 inline constexpr ScanVariant kScanVariants[] = {
     {256, 2, 16, 64, 110 * 1024, 2},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
     {128, 4, 8, 16, 54 * 1024, 1},    // 1: 16 warps/SM in 4-warp blocks (cheaper barriers)
@@ -56,6 +56,8 @@ inline constexpr std::int64_t kScanTileBytesMax = 32 * 1024;
 /// one 16-block superblock.
 inline constexpr int kScanTileBlocksMin = 8;
 inline constexpr int kFinalizeThreads = 512;
+/// Shared memory the merge kernel may use (the sm_90 opt-in limit per block).
+inline constexpr std::int64_t kFinalizeSharedMax = 227 * 1024;
 
 /// Host-plane staging (PlaneStaging): the copy blocks are scan blocks that took the copy role,
 /// kStageUnroll 16-byte loads in flight per thread. One copy block per stream, at least

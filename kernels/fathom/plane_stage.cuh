@@ -3,7 +3,7 @@
 // so the copy is always resident before any scan block can wait for it) and by the diagnostic
 // copy-only kernel of plane_stage.cu. Every copy block serves a few streams (or, with more
 // blocks than streams, one share of one stream): one warp per stream plans or loads its depths
-// and orders its plane units with mma::order_slots, the scan's own function, so that unit
+// and orders its plane units with mma::order_slots_warp, the scan's own function, so that unit
 // ordinal u means the same (channel, plane) on both sides. Then, rounds_per_copy rounds at a
 // time and stream by stream, the block copies its share of every active unit's run and every
 // active channel's scales, 16 bytes per load with kStageUnroll loads in flight per thread, and
@@ -88,12 +88,13 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
         t.depths[j] = a.depths[static_cast<std::int64_t>(s) * d + j];
     }
     __syncwarp();
+    int units = 0;
+    const int slots =
+        mma::order_slots_warp(t.depths, d, t.slot_channel, t.slot_info, t.unit_code, &units, lane);
     if (lane == 0) {
-      int units = 0;
-      t.counts[0] = mma::order_slots(t.depths, d, t.slot_channel, t.slot_info, t.unit_code, &units);
       // Over budget: the scan reports the failure; nothing is copied (the rounds still land).
+      t.counts[0] = units <= st.units_cap ? slots : 0;
       t.counts[1] = units <= st.units_cap ? units : 0;
-      if (units > st.units_cap) t.counts[0] = 0;
     }
   }
   __syncthreads();

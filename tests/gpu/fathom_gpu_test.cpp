@@ -205,13 +205,15 @@ struct ScanCase {
   int top_k;
   int budget;
   bool ties;
-  int d = 128;  ///< head_dim
+  int d = 128;                ///< head_dim
+  std::int64_t capacity = 0;  ///< tokens the stores hold (max_tokens); 0: the longest stream
 };
 
 void run_scan_case(const ScanCase& c) {
   const int d = c.d;
   const auto streams = static_cast<std::int32_t>(c.lengths.size());
-  const std::int64_t cap = *std::max_element(c.lengths.begin(), c.lengths.end());
+  const std::int64_t cap =
+      c.capacity > 0 ? c.capacity : *std::max_element(c.lengths.begin(), c.lengths.end());
   PlaneStore cpu(Backend::cpu, c.kind, streams, d, cap);
   PlaneStore gpu(Backend::cuda, c.kind, streams, d, cap);
   Stream stream(Backend::cuda);
@@ -313,10 +315,18 @@ void run_scan_case(const ScanCase& c) {
         ASSERT_EQ(got[s * max_sel + i], want[s * max_sel + i]) << "stream " << s << " entry " << i;
       for (int h = 0; h < c.heads; ++h) {
         const std::size_t row = (static_cast<std::size_t>(s) * c.heads + h) * cap;
-        ASSERT_EQ(std::memcmp(got_scores.data() + row, want_scores.data() + row,
-                              static_cast<std::size_t>(c.lengths[s]) * sizeof(float)),
-                  0)
-            << "scores differ, stream " << s << " head " << h;
+        std::int64_t first = -1, differ = 0;
+        for (std::int64_t t = 0; t < c.lengths[s]; ++t)
+          if (std::memcmp(&got_scores[row + t], &want_scores[row + t], sizeof(float)) != 0) {
+            if (first < 0) first = t;
+            ++differ;
+          }
+        ASSERT_EQ(differ, 0)
+            << "scores differ, stream " << s << " head " << h << ": " << differ << " tokens, first "
+            << first << " (GPU "
+            << got_scores[row + static_cast<std::size_t>(std::max<std::int64_t>(first, 0))]
+            << ", twin "
+            << want_scores[row + static_cast<std::size_t>(std::max<std::int64_t>(first, 0))] << ")";
       }
     }
   }
