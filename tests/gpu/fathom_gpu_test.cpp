@@ -205,15 +205,13 @@ struct ScanCase {
   int top_k;
   int budget;
   bool ties;
-  int d = 128;                ///< head_dim
-  std::int64_t capacity = 0;  ///< tokens the stores hold (max_tokens); 0: the longest stream
+  int d = 128;  ///< head_dim
 };
 
 void run_scan_case(const ScanCase& c) {
   const int d = c.d;
   const auto streams = static_cast<std::int32_t>(c.lengths.size());
-  const std::int64_t cap =
-      c.capacity > 0 ? c.capacity : *std::max_element(c.lengths.begin(), c.lengths.end());
+  const std::int64_t cap = *std::max_element(c.lengths.begin(), c.lengths.end());
   PlaneStore cpu(Backend::cpu, c.kind, streams, d, cap);
   PlaneStore gpu(Backend::cuda, c.kind, streams, d, cap);
   Stream stream(Backend::cuda);
