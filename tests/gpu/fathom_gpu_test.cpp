@@ -206,6 +206,10 @@ struct ScanCase {
   int budget;
   bool ties;
   int d = 128;  ///< head_dim
+  /// Row stride of the scores and what the merge kernel is sized for (PlaneScanArgs::max_tokens);
+  /// 0: the longest stream. Above about 1.6M tokens the merge sorts with the bitonic network
+  /// instead of the bitmap of positions.
+  std::int64_t max_tokens = 0;
 };
 
 void run_scan_case(const ScanCase& c) {
@@ -246,8 +250,10 @@ void run_scan_case(const ScanCase& c) {
   ref.heads = c.heads;
   ref.keep = c.top_k - 36;
   const auto max_sel = static_cast<std::size_t>(ref.max_selected());
+  if (c.max_tokens > 0) ref.max_tokens = c.max_tokens;
+  const std::int64_t stride = ref.max_tokens;  // of the score rows, on both sides
   std::vector<std::int32_t> want(max_sel * streams), want_count(streams);
-  std::vector<float> want_scores(static_cast<std::size_t>(streams) * c.heads * cap);
+  std::vector<float> want_scores(static_cast<std::size_t>(streams) * c.heads * stride);
   ref.selected = want.data();
   ref.selected_count = want_count.data();
   ref.scores = want_scores.data();
@@ -258,6 +264,7 @@ void run_scan_case(const ScanCase& c) {
   a.depths = dd.device_data();
   a.heads = c.heads;
   a.keep = c.top_k - 36;
+  a.max_tokens = stride;
   auto sel = Buffer<std::int32_t>::device(max_sel * streams, Backend::cuda, "sel");
   auto cnt = Buffer<std::int32_t>::device(streams, Backend::cuda, "cnt");
   auto scores = Buffer<float>::device(want_scores.size(), Backend::cuda, "scores");
@@ -312,7 +319,7 @@ void run_scan_case(const ScanCase& c) {
       for (std::int32_t i = 0; i < want_count[s]; ++i)
         ASSERT_EQ(got[s * max_sel + i], want[s * max_sel + i]) << "stream " << s << " entry " << i;
       for (int h = 0; h < c.heads; ++h) {
-        const std::size_t row = (static_cast<std::size_t>(s) * c.heads + h) * cap;
+        const std::size_t row = (static_cast<std::size_t>(s) * c.heads + h) * stride;
         std::int64_t first = -1, differ = 0;
         for (std::int64_t t = 0; t < c.lengths[s]; ++t)
           if (std::memcmp(&got_scores[row + t], &want_scores[row + t], sizeof(float)) != 0) {
@@ -400,6 +407,17 @@ TEST(FathomGpu, ScanSelectMatchesTwinManyChunksPerStream) {
   HISPARSE_REQUIRE_GPU();
   run_scan_case({PlaneLayoutKind::host, {262144 + 31}, 4, 512, 48, false});
   run_scan_case({PlaneLayoutKind::hbm, {200000, 3}, 4, 512, 80, false});
+}
+
+// Sized for 1.7M tokens, the merge kernel's bitmap of positions no longer fits its shared memory
+// and it sorts the selection with the bitonic network instead (plan_finalize_smem).
+TEST(FathomGpu, ScanSelectMatchesTwinWithTheBitonicMerge) {
+  HISPARSE_REQUIRE_GPU();
+  ScanCase c{PlaneLayoutKind::hbm, {20000, 777}, 4, 512, 48, false};
+  c.max_tokens = 1700000;
+  run_scan_case(c);
+  c.kind = PlaneLayoutKind::host;
+  run_scan_case(c);
 }
 
 TEST(FathomGpu, SelectorOnGpuEqualsSelectorOnCpu) {

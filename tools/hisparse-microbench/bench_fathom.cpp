@@ -345,20 +345,6 @@ void run_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
 }
 #endif
 
-template <class F>
-void guarded(benchmark::State& state, const char* what, F&& body) {
-  std::string why;
-  if (!cuda_available(&why)) {
-    state.SkipWithError(fmt::format("{} needs a GPU: {}", what, why).c_str());
-    return;
-  }
-  try {
-    body();
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-  }
-}
-
 void bench_scan(benchmark::State& state, ScanCase c) {
   guarded(state, "fathom_scan", [&] {
 #if HISPARSE_WITH_CUDA

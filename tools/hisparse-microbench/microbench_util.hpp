@@ -3,8 +3,12 @@
 // iteration count.
 #pragma once
 
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +20,22 @@
 #include "core/stream.hpp"
 
 namespace hisparse::microbench {
+
+/// Runs one benchmark case's body: skipped with a message naming `what` when there is no usable
+/// GPU, and with the error's message when the body throws.
+template <class F>
+void guarded(benchmark::State& state, const char* what, F&& body) {
+  std::string why;
+  if (!cuda_available(&why)) {
+    state.SkipWithError(fmt::format("{} needs a GPU: {}", what, why).c_str());
+    return;
+  }
+  try {
+    body();
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
 
 /// Iterations per benchmark: HISPARSE_MICROBENCH_ITERS (default 50). Each iteration is one timed
 /// call preceded by an untimed state reset and L2 flush.
