@@ -20,16 +20,107 @@
 
 #include "core/cuda_check.hpp"
 #include "kernels/hotcache/swap_in.hpp"
-#include "kernels/hotcache/swap_in_cluster.hpp"
 #include "kernels/hotcache/swap_in_config.hpp"
-#include "kernels/hotcache/swap_in_device.cuh"
 
 namespace hisparse::kernels {
 namespace {
 namespace cfg = swap_in_config;
-using namespace swap_in_detail;
+
+constexpr std::uint32_t kNoSlot = 0xffffu;
+constexpr std::uint32_t kMissFlag = 0x8000u;
+
+__device__ __forceinline__ int hash_capacity(int top_k) {
+  int capacity = 32;
+  while (capacity < 2 * top_k) capacity *= 2;
+  return capacity;
+}
+
+__device__ __forceinline__ std::uint32_t hash_home(std::int32_t key, std::uint32_t mask) {
+  std::uint32_t x = static_cast<std::uint32_t>(key);
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x & mask;
+}
+
+// Value word of an entry: high 16 bits = first selection index, low 16 bits = slot, kNoSlot, or
+// kMissFlag | miss ordinal. atomicMin on the word keeps the first occurrence.
+__device__ __forceinline__ void hash_insert(std::int32_t* keys, std::uint32_t* vals,
+                                            std::uint32_t mask, std::int32_t key, int index) {
+  std::uint32_t h = hash_home(key, mask);
+  while (true) {
+    const std::int32_t prev = atomicCAS(&keys[h], -1, key);
+    if (prev == -1 || prev == key) {
+      atomicMin(&vals[h], (static_cast<std::uint32_t>(index) << 16) | kNoSlot);
+      return;
+    }
+    h = (h + 1) & mask;
+  }
+}
+
+__device__ __forceinline__ int hash_find(const std::int32_t* keys, std::uint32_t mask,
+                                         std::int32_t key) {
+  std::uint32_t h = hash_home(key, mask);
+  while (true) {
+    const std::int32_t k = keys[h];
+    if (k == key) return static_cast<int>(h);
+    if (k == -1) return -1;
+    h = (h + 1) & mask;
+  }
+}
+
+__device__ __forceinline__ void write_row_stats(const SwapInArgs& a, int row, int hits, int misses,
+                                                bool fetched = false) {
+  if (a.stats) {
+    a.stats[2 * row] = hits;
+    a.stats[2 * row + 1] = misses;
+  }
+  a.plan.count[row] = misses;
+  if (a.plan.fetched) a.plan.fetched[row] = fetched ? 1 : 0;
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src) : "memory");
+}
 
 constexpr int kItems = cfg::kResolveItems;
+
+// Exclusive prefix sum of `value` over the block (every thread calls it); `total` gets the sum.
+// `scratch` holds two areas of 33 ints used in turn (`parity` counts the calls), so back-to-back
+// calls need no extra barrier: an area is rewritten only after two more barriers.
+__device__ __forceinline__ int block_exclusive_sum(int value, int* scratch, int& parity,
+                                                   int& total) {
+  int* area = scratch + 33 * (parity & 1);
+  ++parity;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  int inclusive = value;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  if (lane == 31) area[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < warps ? area[lane] : 0;
+    int w_inclusive = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, w_inclusive, o);
+      if (lane >= o) w_inclusive += up;
+    }
+    area[lane] = w_inclusive - w;
+    if (lane == 31) area[32] = w_inclusive;
+  }
+  __syncthreads();
+  total = area[32];
+  return area[warp] + inclusive - value;
+}
 
 // Adds each thread's `value` to a shared counter (one atomic per warp; all lanes must call it).
 __device__ __forceinline__ void block_add(int* counter, int value) {
@@ -669,7 +760,6 @@ void configure_swap_in(int top_k, int hot) {
       needed, std::min<std::size_t>(needed + cfg::kResolveFetchBytes, cfg::kMaxResolveSharedBytes));
   raise_shared_limit<false>(static_cast<int>(needed));
   raise_shared_limit<true>(static_cast<int>(needed));
-  configure_swap_in_cluster();
 }
 
 void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
@@ -677,15 +767,8 @@ void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   HISPARSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture == cudaStreamCaptureStatusNone) configure_swap_in(a.top_k, a.hot);
-  if (swap_in_uses_cluster(a)) {
-    launch_swap_in_resolve_cluster(a, stream);
-    return;
-  }
   const auto blocks = static_cast<unsigned>(a.batch);
-  // The one-block kernels take every path but the cluster one (direct for ResolvePath::cluster).
-  SwapInArgs one_block = a;
-  if (one_block.resolve == ResolvePath::cluster) one_block.resolve = ResolvePath::direct;
-  const ResolveShape shape = resolve_shape(one_block);
+  const ResolveShape shape = resolve_shape(a);
   if (a.phase_stamps) {
     swap_in_resolve<true><<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(
         a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset);

@@ -67,11 +67,6 @@ enum class ResolvePath : std::uint8_t {
   direct,
   /// Every row hashes its selection in shared memory (the kernel measured in calls 1-3).
   hash,
-  /// Calls below kLargeBatch resolve each row with a cluster of kClusterBlocks blocks on as
-  /// many SMs (swap_in_config.hpp), the selection's hash table spread over their distributed
-  /// shared memory; shapes the cluster cannot take (swap_in_cluster_fits), grouped plans and
-  /// larger calls run the direct path.
-  cluster,
 };
 
 /// Phase stamps of the resolve kernel (diagnostic): kSwapInPhaseStamps globaltimer values (ns)
@@ -103,9 +98,6 @@ struct SwapInArgs {
   int sort_misses_from = -1;    ///< -1: kSortMissesFrom at batch >= kLargeBatch, else never
   int copy_rows_per_chunk = 0;  ///< rows per copy block and chunk; 0: fewest chunks in one wave
   ResolvePath resolve = ResolvePath::direct;
-  /// ResolvePath::cluster: shared-memory bytes per block for the rows it fetches itself
-  /// (MissPlan::fetched); 0: kClusterFetchBytes.
-  int cluster_fetch_bytes = 0;
   /// Diagnostic: when set, a separately compiled resolve kernel writes 2 x kSwapInPhaseStamps
   /// uint64 stamps here (barriers added between phases; results unchanged). Null: no cost.
   std::uint64_t* phase_stamps = nullptr;
@@ -124,25 +116,6 @@ inline constexpr int kSwapInBuckets = 512;
 /// hold one 4-byte word per token of a kResolveDirectTokens-token sequence. The launcher falls
 /// back to the hash path when this exceeds swap_in_config::kMaxResolveSharedBytes.
 [[nodiscard]] std::size_t swap_in_direct_shared_bytes(int top_k, int hot) noexcept;
-/// Shared memory of each block of a ResolvePath::cluster resolve (byte offsets; swap_in_cluster.cu
-/// has the roles). Every block holds one share of the selection, slot table and LRU order.
-struct SwapInClusterLayout {
-  int capacity = 0;    ///< hash entries per block: >= 2 top_k, as one block may own every token
-  int sel_share = 0;   ///< selection entries per block
-  int slot_share = 0;  ///< slots per block, a multiple of 32 (whole hit words)
-  int lru_share = 0;   ///< LRU positions per block
-  int fetch_rows = 0;  ///< missed rows a block can stage (0: the copy kernel fetches every row)
-  std::size_t keys = 0, vals = 0, hit_bits = 0, parts = 0, scratch = 0, evict = 0, fetch_token = 0,
-              staged = 0, total = 0;
-};
-/// The layout for (top_k, hot) with `fetch_bytes` of staging per block for rows of `copy_bytes`
-/// (0 or rows that are not whole 16-B vectors: no staging).
-[[nodiscard]] SwapInClusterLayout swap_in_cluster_layout(int top_k, int hot, std::size_t copy_bytes,
-                                                         int fetch_bytes) noexcept;
-/// Whether ResolvePath::cluster can resolve rows of this shape (its shares of the selection, slot
-/// table and LRU order fit kClusterItems entries per thread, its hash table fits shared memory and
-/// slots fit 15 bits).
-[[nodiscard]] bool swap_in_cluster_fits(int top_k, int hot) noexcept;
 /// Names of the phases between stamps k - 1 and k (k = 1 .. kSwapInPhaseStamps - 1).
 [[nodiscard]] const char* swap_in_phase_name(int k) noexcept;
 

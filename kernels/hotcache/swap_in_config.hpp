@@ -40,18 +40,6 @@ inline constexpr int kMaxResolveSharedBytes = 227 * 1024;
 /// they fit in this many bytes of its spare shared memory (49 rows of 656 B). One block moves
 /// them in about one PCIe round trip, before the copy kernel's hand-off would end.
 inline constexpr int kResolveFetchBytes = 32 * 1024;
-/// ResolvePath::cluster (calls below kLargeBatch): each row is resolved by a cluster of
-/// kClusterBlocks blocks of kClusterThreads threads on as many SMs, each holding one share of the
-/// selection, the slot table and the LRU order (at most kClusterItems entries of each per
-/// thread) and one share of the selection's hash table, reached by the others through
-/// distributed shared memory. The one-block resolve spends about 1 us per phase issuing for 32
-/// warps on one SM (reports/hotcache_tuning.md); eight SMs share that work. A row's misses are
-/// fetched by its cluster (MissPlan::fetched) when every block's share fits
-/// kClusterFetchBytes of its shared memory.
-inline constexpr int kClusterBlocks = 8;
-inline constexpr int kClusterThreads = 512;
-inline constexpr int kClusterItems = 4;
-inline constexpr int kClusterFetchBytes = 64 * 1024;
 /// Largest batch the copy kernel's shared-memory chunk prefix holds.
 inline constexpr int kMaxBatch = 4096;
 

@@ -33,53 +33,6 @@ std::size_t swap_in_direct_shared_bytes(int top_k, int hot) noexcept {
   return swap_in_shared_bytes(top_k, hot) - hash_area + std::max(hash_area, direct_area);
 }
 
-SwapInClusterLayout swap_in_cluster_layout(int top_k, int hot, std::size_t copy_bytes,
-                                           int fetch_bytes) noexcept {
-  namespace cfg = swap_in_config;
-  constexpr int C = cfg::kClusterBlocks;
-  SwapInClusterLayout m;
-  m.capacity = swap_in_hash_capacity(top_k);
-  m.sel_share = (top_k + C - 1) / C;
-  m.slot_share = ((hot + C - 1) / C + 31) / 32 * 32;
-  m.lru_share = (hot + C - 1) / C;
-  std::size_t off = 0;
-  auto take = [&off](std::size_t bytes) {
-    const std::size_t at = off;
-    off = (off + bytes + 15) / 16 * 16;
-    return at;
-  };
-  const auto cap = static_cast<std::size_t>(m.capacity);
-  m.keys = take(4 * cap);
-  m.vals = take(4 * cap);
-  m.hit_bits = take(4 * static_cast<std::size_t>(m.slot_share / 32));
-  m.parts = take(4 * 4 * static_cast<std::size_t>(C));
-  m.scratch = take(4 * static_cast<std::size_t>(kSwapInScratchInts));
-  m.evict = take(2 * static_cast<std::size_t>(top_k));
-  m.fetch_token = off;
-  const std::size_t limit = cfg::kMaxResolveSharedBytes;
-  if (copy_bytes > 0 && copy_bytes % 16 == 0 && fetch_bytes > 0 && off < limit) {
-    const std::size_t room =
-        std::min<std::size_t>(static_cast<std::size_t>(fetch_bytes), limit - off);
-    // Per row: its bytes and its token (4 B; the token array padded once to 16 B).
-    const std::size_t rows = room > 16 ? (room - 16) / (copy_bytes + 4) : 0;
-    m.fetch_rows =
-        static_cast<int>(std::min<std::size_t>(rows, static_cast<std::size_t>(m.sel_share)));
-  }
-  take(4 * static_cast<std::size_t>(m.fetch_rows));
-  m.staged = take(static_cast<std::size_t>(m.fetch_rows) * copy_bytes);
-  m.total = off;
-  return m;
-}
-
-bool swap_in_cluster_fits(int top_k, int hot) noexcept {
-  namespace cfg = swap_in_config;
-  if (top_k <= 0 || hot <= 0 || top_k >= 0x8000 || hot >= 0x8000) return false;
-  const SwapInClusterLayout m = swap_in_cluster_layout(top_k, hot, 0, 0);
-  const int per_block = cfg::kClusterThreads * cfg::kClusterItems;
-  return m.sel_share <= per_block && m.slot_share <= per_block && m.lru_share <= per_block &&
-         m.total <= static_cast<std::size_t>(cfg::kMaxResolveSharedBytes);
-}
-
 const char* swap_in_phase_name(int k) noexcept {
   static const char* const kNames[kSwapInPhaseStamps] = {
       "entry", "inputs", "init", "build", "hits", "misses", "lru", "buckets", "commit"};

@@ -16,7 +16,6 @@
 #include "core/stream.hpp"
 #include "hotcache/hot_cache.hpp"
 #include "kernels/hotcache/swap_in.hpp"
-#include "kernels/hotcache/swap_in_cluster.hpp"
 #include "support/gpu.hpp"
 
 namespace hisparse {
@@ -49,9 +48,7 @@ std::string describe(const Shape& s) {
          (s.int64_lens ? " int64" : " int32") + (s.use_pdl ? " pdl" : "") + " copy_blocks " +
          std::to_string(s.copy_blocks) + " sort_misses_from " + std::to_string(s.sort_misses_from) +
          " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk) +
-         (s.resolve == kernels::ResolvePath::hash      ? " resolve hash"
-          : s.resolve == kernels::ResolvePath::cluster ? " resolve cluster"
-                                                       : " resolve direct") +
+         (s.resolve == kernels::ResolvePath::hash ? " resolve hash" : " resolve direct") +
          (s.fetch_in_resolve ? " fetch_in_resolve" : "");
 }
 
@@ -413,12 +410,11 @@ TEST(HotcacheSwapInGpu, WorkedLruExampleAndMisses) {
 /// 120 random shapes x 20 steps = 2,400 steps on one resolve path.
 void random_multi_step_sequences(kernels::ResolvePath resolve) {
   Rng rng(77);
-  int fetched_rows = 0, cluster_shapes = 0;
+  int fetched_rows = 0;
   for (int config = 0; config < 120; ++config) {
     Shape s = random_shape(rng);
     s.resolve = resolve;
     Harness h(s, 1000 + static_cast<std::uint64_t>(config));
-    cluster_shapes += kernels::swap_in_uses_cluster(h.args(true)) ? 1 : 0;
     run_steps(h, 20, "config " + std::to_string(config));
     if (::testing::Test::HasFatalFailure()) return;
     fetched_rows += h.fetched_rows();
@@ -426,12 +422,6 @@ void random_multi_step_sequences(kernels::ResolvePath resolve) {
   // Rows with few misses (and 16-B rows) are fetched by the resolve block (MissPlan::fetched):
   // make sure the random shapes reached that path, so the comparisons above covered it.
   EXPECT_GT(fetched_rows, 0);
-  // The cluster kernel took most shapes (the others: a grouped plan asked for), and only there.
-  if (resolve == kernels::ResolvePath::cluster) {
-    EXPECT_GT(cluster_shapes, 60);
-  } else {
-    EXPECT_EQ(cluster_shapes, 0);
-  }
 }
 #endif
 
@@ -449,21 +439,13 @@ TEST(HotcacheSwapInGpu, RandomMultiStepSequencesOnTheHashResolveMatchTheTwin) {
 #endif
 }
 
-TEST(HotcacheSwapInGpu, RandomMultiStepSequencesOnTheClusterResolveMatchTheTwin) {
-  HISPARSE_REQUIRE_GPU();
-#if HISPARSE_WITH_CUDA
-  random_multi_step_sequences(kernels::ResolvePath::cluster);
-#endif
-}
-
 TEST(HotcacheSwapInGpu, DirectResolveFallsBackToTheHashForLongSequences) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
   // Sequences of up to 70,000 tokens: rows longer than kResolveDirectTokens (32768) hash their
   // selection, shorter ones use the direct table, in the same launch; both paths and the
   // benchmark's design point (top_k 2048, hot 4096) against the twin.
-  for (auto resolve :
-       {kernels::ResolvePath::direct, kernels::ResolvePath::hash, kernels::ResolvePath::cluster}) {
+  for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::hash}) {
     for (int top_k : {64, 2048}) {
       Shape s;
       s.requests = 6;
@@ -484,20 +466,18 @@ TEST(HotcacheSwapInGpu, DirectResolveFallsBackToTheHashForLongSequences) {
 TEST(HotcacheSwapInGpu, LargeSelectionNeedsTheSharedMemoryOptIn) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
-  for (int hot : {4096, 8192})
-    for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::cluster}) {
-      Shape s;
-      s.requests = 4;
-      s.batch = 3;
-      s.top_k = 2048;
-      s.hot = hot;
-      s.row_bytes = s.row_stride = 656;
-      s.capacity = hot + 3 * 2048 + 64;
-      s.resolve = resolve;
-      Harness h(s, 5 + static_cast<std::uint64_t>(hot));
-      run_steps(h, 6, "hot " + std::to_string(hot));
-      if (HasFatalFailure()) return;
-    }
+  for (int hot : {4096, 8192}) {
+    Shape s;
+    s.requests = 4;
+    s.batch = 3;
+    s.top_k = 2048;
+    s.hot = hot;
+    s.row_bytes = s.row_stride = 656;
+    s.capacity = hot + 3 * 2048 + 64;
+    Harness h(s, 5 + static_cast<std::uint64_t>(hot));
+    run_steps(h, 6, "hot " + std::to_string(hot));
+    if (HasFatalFailure()) return;
+  }
   Shape wide;  // batch 100: the copy kernel's chunk prefix spans several warp iterations
   wide.requests = 130;
   wide.batch = 100;
@@ -528,12 +508,6 @@ TEST(HotcacheSwapInGpu, SelectionsAndHotBuffersWiderThanOneTileMatchTheTwin) {
     run_steps(h, 4, "two tiles, sort " + std::to_string(sort));
     if (HasFatalFailure()) return;
   }
-  // The cluster resolve: each block's shares take 2-3 entries per thread.
-  s.sort_misses_from = -1;
-  s.resolve = kernels::ResolvePath::cluster;
-  Harness h(s, 33);
-  ASSERT_TRUE(kernels::swap_in_uses_cluster(h.args(true)));
-  run_steps(h, 4, "cluster, several entries per thread");
 #endif
 }
 
@@ -587,9 +561,7 @@ TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
   Rng rng(9);
   for (int config = 0; config < 12; ++config) {
     Shape s = random_shape(rng);
-    const kernels::ResolvePath paths[] = {kernels::ResolvePath::direct, kernels::ResolvePath::hash,
-                                          kernels::ResolvePath::cluster};
-    s.resolve = paths[config % 3];
+    s.resolve = config % 2 == 0 ? kernels::ResolvePath::direct : kernels::ResolvePath::hash;
     Harness h(s, 500 + static_cast<std::uint64_t>(config));
     Stream stream(Backend::cuda);
     kernels::configure_swap_in(s.top_k, s.hot);  // not allowed while capturing
@@ -696,11 +668,6 @@ TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuHashResolve) {
 TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuDirectResolve) {
   HISPARSE_REQUIRE_GPU();
   hot_cache_on_cuda_matches_cpu(kernels::ResolvePath::direct);
-}
-
-TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuClusterResolve) {
-  HISPARSE_REQUIRE_GPU();
-  hot_cache_on_cuda_matches_cpu(kernels::ResolvePath::cluster);
 }
 
 TEST(HotcacheSwapInGpu, PinnedPoolFailureNamesTheSize) {

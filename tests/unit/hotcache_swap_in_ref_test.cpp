@@ -331,41 +331,5 @@ TEST(HotcacheSwapInRef, DirectPathWidensOnlyTheSelectionTable) {
   EXPECT_STREQ(swap_in_phase_name(kSwapInPhaseStamps), "?");
 }
 
-TEST(HotcacheSwapInRef, ClusterLayoutSharesTheRowOverEightBlocks) {
-  // top_k 2048, hot 4096: 256 selection entries, 512 slots and 512 LRU positions per block; each
-  // block's hash holds 2 x top_k entries (one block may own every token).
-  const SwapInClusterLayout m = swap_in_cluster_layout(2048, 4096, 656, 64 * 1024);
-  EXPECT_EQ(swap_in_config::kClusterBlocks, 8);
-  EXPECT_EQ(m.sel_share, 256);
-  EXPECT_EQ(m.slot_share, 512);
-  EXPECT_EQ(m.lru_share, 512);
-  EXPECT_EQ(m.capacity, 4096);
-  // 64 KB of staging: (65536 - 16) / (656 + 4) = 99 rows, each with its token.
-  EXPECT_EQ(m.fetch_rows, 99);
-  EXPECT_EQ(m.staged - m.fetch_token, 400u);  // 99 tokens padded to 16 B
-  EXPECT_EQ(m.total, m.staged + 99u * 656u);
-  EXPECT_LE(m.total, static_cast<std::size_t>(swap_in_config::kMaxResolveSharedBytes));
-  // Staging never exceeds a block's share of the selection, nor the opt-in limit.
-  EXPECT_EQ(swap_in_cluster_layout(2048, 4096, 656, 1 << 20).fetch_rows, 256);
-  EXPECT_LE(swap_in_cluster_layout(2048, 4096, 1152, 1 << 20).total,
-            static_cast<std::size_t>(swap_in_config::kMaxResolveSharedBytes));
-  // No staging for rows that are not whole 16-B vectors, or without a budget.
-  EXPECT_EQ(swap_in_cluster_layout(2048, 4096, 584, 64 * 1024).fetch_rows, 0);
-  EXPECT_EQ(swap_in_cluster_layout(2048, 4096, 656, 0).fetch_rows, 0);
-  // Slots per block are whole 32-slot hit words, even when hot is tiny.
-  EXPECT_EQ(swap_in_cluster_layout(2, 4, 16, 0).slot_share, 32);
-}
-
-TEST(HotcacheSwapInRef, ClusterFitsUpToFourEntriesPerThread) {
-  EXPECT_TRUE(swap_in_cluster_fits(2048, 4096));
-  EXPECT_TRUE(swap_in_cluster_fits(1, 1));
-  EXPECT_TRUE(swap_in_cluster_fits(4100, 9000));
-  EXPECT_TRUE(swap_in_cluster_fits(8192, 16384));    // 2048 slots per block = 512 threads x 4
-  EXPECT_FALSE(swap_in_cluster_fits(16384, 16384));  // a 32768-entry hash is 256 KB per block
-  EXPECT_FALSE(swap_in_cluster_fits(2048, 16416));   // 2052 slots per block
-  EXPECT_FALSE(swap_in_cluster_fits(0, 4096));
-  EXPECT_FALSE(swap_in_cluster_fits(2048, 0x8000));  // slots must fit 15 bits
-}
-
 }  // namespace
 }  // namespace hisparse::kernels

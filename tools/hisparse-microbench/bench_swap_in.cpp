@@ -7,8 +7,7 @@
 // swap_in_part, swap_in_diag, swap_in_tune, swap_in_path (the two resolve paths) and
 // swap_in_phases (per-phase time inside the resolve block, from the kernel's phase stamps) and
 // swap_in_fetch/.../fetch:0|1 (few misses fetched by the resolve block, MissPlan::fetched) and
-// swap_in_stride/.../stride:<bytes> (host rows padded to 128-byte lines) and
-// swap_in_cluster/.../fetch_kb:<K> (the cluster resolve's staging budget per block).
+// swap_in_stride/.../stride:<bytes> (host rows padded to 128-byte lines).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -65,7 +64,6 @@ struct SwapInCase {
   bool flush_l2 = true;          ///< false: L2 (and the TLBs) keep what the previous call left
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
   bool fetch_in_resolve = true;  ///< MissPlan::fetched (the library default)
-  int cluster_fetch_bytes = 0;   ///< SwapInArgs::cluster_fetch_bytes (0: the library default)
   bool phases = false;  ///< record the resolve kernel's phase stamps (block 0) and report them
   /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
   /// no real rows (every row only writes -1).
@@ -166,7 +164,6 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   if (c.copy_blocks_per_sm > 0) a.copy_blocks = c.copy_blocks_per_sm * sm_count();
   a.copy_rows_per_chunk = c.copy_rows_per_chunk;
   a.resolve = c.resolve;
-  a.cluster_fetch_bytes = c.cluster_fetch_bytes;
   constexpr int kStamps = kernels::kSwapInPhaseStamps;
   auto d_stamps = Buffer<std::uint64_t>::device(2 * kStamps, Backend::cuda, "phase stamps");
   if (c.phases) a.phase_stamps = d_stamps.device_data();
@@ -351,13 +348,11 @@ bool register_swap_in() {
   // The two resolve paths (ResolvePath::hash: the kernel of calls 1-3; direct: token-indexed
   // table, hit words without atomics), the whole swap-in and the resolve alone.
   using kernels::ResolvePath;
-  auto path_name = [](ResolvePath p) {
-    return p == ResolvePath::hash ? "hash" : p == ResolvePath::cluster ? "cluster" : "direct";
-  };
-  for (int batch : {1, 4, 64, 100})
-    for (double miss : {0.001, 0.2, 1.0})
+  auto path_name = [](ResolvePath p) { return p == ResolvePath::hash ? "hash" : "direct"; };
+  for (int batch : {1, 64, 100})
+    for (double miss : {0.001, 0.2})
       for (Part part : {Part::full, Part::resolve})
-        for (ResolvePath resolve : {ResolvePath::hash, ResolvePath::direct, ResolvePath::cluster}) {
+        for (ResolvePath resolve : {ResolvePath::hash, ResolvePath::direct}) {
           SwapInCase c{16, batch, 4096, 656, miss};
           c.part = part;
           c.resolve = resolve;
@@ -393,17 +388,6 @@ bool register_swap_in() {
         SwapInCase c{16, batch, 4096, 656, miss};
         c.stride = stride;
         register_case(case_name("swap_in_stride", c) + fmt::format("/stride:{}", stride), c);
-      }
-  // The cluster resolve's staging budget per block (rows it fetches itself; none: the copy
-  // kernel fetches every row).
-  for (int batch : {1, 4})
-    for (double miss : {0.001, 0.01, 0.2, 1.0})
-      for (int kb : {0, 32, 64, 128, 200}) {
-        SwapInCase c{16, batch, 4096, 656, miss};
-        c.resolve = ResolvePath::cluster;
-        c.fetch_in_resolve = kb > 0;
-        c.cluster_fetch_bytes = kb * 1024;
-        register_case(case_name("swap_in_cluster", c) + fmt::format("/fetch_kb:{}", kb), c);
       }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
   // (0: one chunk per block; small chunks: many waves, each over a band of requests).
