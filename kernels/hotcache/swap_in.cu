@@ -88,6 +88,20 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 constexpr int kItems = cfg::kResolveItems;
 
+// MissPlan::ready: a release store of a row's progress, and an acquire spin until it is reached.
+__device__ __forceinline__ void publish_ready(const SwapInArgs& a, int row, int stage) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(a.plan.ready + row), "r"(stage)
+               : "memory");
+}
+__device__ __forceinline__ void wait_ready(const std::int32_t* flag, int stage) {
+  while (true) {
+    int v = 0;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if (v >= stage) return;
+    __nanosleep(100);
+  }
+}
+
 // Exclusive prefix sum of `value` over the block (every thread calls it); `total` gets the sum.
 // `scratch` holds two areas of 33 ints used in turn (`parity` counts the calls), so back-to-back
 // calls need no extra barrier: an area is rewritten only after two more barriers.
@@ -196,7 +210,7 @@ __device__ __forceinline__ void phase_stamp(const SwapInArgs& a, int k) {
 // kTimed: phase stamps (diagnostic build; results unchanged).
 template <bool kTimed>
 __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
-    swap_in_resolve(SwapInArgs a, int direct_tokens, int fetch_rows, int fetch_offset) {
+    swap_in_resolve(SwapInArgs a, int direct_tokens, int fetch_rows, int fetch_offset, bool early) {
   phase_stamp<kTimed>(a, 0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Let the copy kernel's blocks be scheduled now; they wait for this grid before reading.
@@ -231,7 +245,10 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
 
   if (b >= num_real) {  // padding row (uniform across the block)
     for (int i = tid; i < top_k; i += nt) out[i] = -1;
-    if (tid == 0) write_row_stats(a, b, 0, 0);
+    if (tid == 0) {
+      write_row_stats(a, b, 0, 0);
+      if (early) publish_ready(a, b, 2);
+    }
     phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
     return;
   }
@@ -267,7 +284,10 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     }
     int valid = 0;
     block_exclusive_sum(my_valid, scratch, parity, valid);
-    if (tid == 0) write_row_stats(a, b, valid, 0);
+    if (tid == 0) {
+      write_row_stats(a, b, valid, 0);
+      if (early) publish_ready(a, b, 2);
+    }
     phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
     return;
   }
@@ -381,6 +401,11 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   auto* staged = reinterpret_cast<uint4*>(smem + fetch_offset + (fetch_rows * 4 + 15) / 16 * 16);
   const std::uint8_t* host_row0 =
       a.host_pool.base + static_cast<std::size_t>(r) * a.host_pool.request_stride;
+  // MissPlan::ready: an ungrouped plan is handed to the copy kernel in two steps, the tokens
+  // (in miss order) as soon as they are numbered and the slots after the LRU walk.
+  const bool early_plan = early && sort_from == 0;
+  std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
+  std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(b) * top_k;
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
     sel_tile(t0, v);
@@ -410,12 +435,18 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
                          static_cast<std::uint32_t>(ordinal);
       if (sort_from > 0) atomicAdd(&bucket[v[j] >> shift], 1);
       if (fetch) fetch_token[ordinal] = v[j];
+      if (early_plan && !fetch) plan_token[ordinal] = v[j];
       ++ordinal;
     }
     n_miss += total;
   }
+  if (fetch || early_plan) __syncthreads();  // fetch tokens / plan tokens written
+  if (early_plan && tid == 0) {
+    a.plan.count[b] = n_miss;
+    if (a.plan.fetched) a.plan.fetched[b] = fetch ? 1 : 0;
+    publish_ready(a, b, 1);
+  }
   if (fetch) {
-    __syncthreads();
     for (int u = tid; u < n_miss * units_per_row; u += nt) {
       const int m = u / units_per_row;
       cp_async16(staged + u, host_row0 +
@@ -480,6 +511,12 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   }
   __syncthreads();
   phase_stamp<kTimed>(a, 7);
+  if (early_plan) {  // the copy kernel may store this row's gathered rows from here on
+    if (!fetch)
+      for (int m = tid; m < n_miss; m += nt) plan_slot[m] = evict_slot[m];
+    __syncthreads();
+    if (tid == 0) publish_ready(a, b, 2);
+  }
 
   // The fetched rows land in their evicted slots (evict_slot is complete after the barrier).
   if (fetch) {
@@ -496,8 +533,6 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
 
   // 5. Commit the order, the slot table and the plan; output the physical rows.
   for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
-  std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
-  std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(b) * top_k;
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
     sel_tile(t0, v);
@@ -531,6 +566,10 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     }
   }
   if (tid == 0) write_row_stats(a, b, valid - n_miss, n_miss, fetch);
+  if (early && !early_plan) {  // a grouped plan is complete only now
+    __syncthreads();
+    if (tid == 0) publish_ready(a, b, 2);
+  }
   phase_stamp<kTimed>(a, 8);
 }
 
@@ -570,9 +609,11 @@ __device__ __forceinline__ int chunks_for(const int* counts, int batch, int rows
 
 template <int W>
 __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
-    swap_in_copy(SwapInArgs a) {
+    swap_in_copy(SwapInArgs a, bool early) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  // Early hand-off (MissPlan::ready): rows are taken as the resolve publishes them, not after
+  // the whole resolve grid.
+  if (!early) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   using Vec = typename VecOf<W>::type;
   extern __shared__ int chunk_start[];  // [batch + 1]; first the counts
@@ -587,6 +628,7 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
     // a second chunk after the others are done (at batch 100 a second wave cost up to 2x).
     int total = 0;
     for (int c = tid; c < batch; c += 32) {
+      if (early) wait_ready(a.plan.ready + c, 1);  // the row's count and tokens are written
       chunk_start[c] = a.plan.fetched && a.plan.fetched[c] ? 0 : a.plan.count[c];
       total += chunk_start[c];
     }
@@ -653,26 +695,57 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
     const std::int32_t* tokens = a.plan.token + static_cast<std::size_t>(b) * a.top_k + first_row;
     const std::int32_t* slots = a.plan.slot + static_cast<std::size_t>(b) * a.top_k + first_row;
     const unsigned units = static_cast<unsigned>(rows) * units_per_row;
+    const auto step = static_cast<unsigned>(nt * cfg::kCopyUnroll);
 
-    for (unsigned u0 = static_cast<unsigned>(tid); u0 < units;
-         u0 += static_cast<unsigned>(nt * cfg::kCopyUnroll)) {
-      Vec v[cfg::kCopyUnroll];
-      std::size_t to[cfg::kCopyUnroll];
+    // Rounds of kCopyUnroll vectors per thread: the host loads of a round are issued before
+    // the slots are read, so with the early hand-off the first round is in flight while the
+    // resolve finishes its LRU walk.
+    Vec v[cfg::kCopyUnroll];
+    auto load = [&](unsigned u0) {
 #pragma unroll
       for (int j = 0; j < cfg::kCopyUnroll; ++j) {
         const unsigned u = u0 + static_cast<unsigned>(j * nt);
         if (u < units) {
           const unsigned row = u / units_per_row;
-          const std::size_t col = static_cast<std::size_t>(u - row * units_per_row) * W;
           v[j] = *reinterpret_cast<const Vec*>(
-              host + static_cast<std::size_t>(tokens[row]) * a.host_pool.row_stride + col);
-          to[j] = static_cast<std::size_t>(slots[row]) * a.hot_buffer.row_stride + col;
+              host + static_cast<std::size_t>(tokens[row]) * a.host_pool.row_stride +
+              static_cast<std::size_t>(u - row * units_per_row) * W);
         }
       }
+    };
+    auto store = [&](unsigned u0) {
 #pragma unroll
       for (int j = 0; j < cfg::kCopyUnroll; ++j) {
         const unsigned u = u0 + static_cast<unsigned>(j * nt);
-        if (u < units) *reinterpret_cast<Vec*>(dst + to[j]) = v[j];
+        if (u < units) {
+          const unsigned row = u / units_per_row;
+          *reinterpret_cast<Vec*>(dst +
+                                  static_cast<std::size_t>(slots[row]) * a.hot_buffer.row_stride +
+                                  static_cast<std::size_t>(u - row * units_per_row) * W) = v[j];
+        }
+      }
+    };
+    auto u0 = static_cast<unsigned>(tid);
+    load(u0);
+    if (early) {  // the slots are written once the row reaches 2
+      if (tid == 0) wait_ready(a.plan.ready + b, 2);
+      __syncthreads();
+    }
+    for (; u0 < units; u0 += step) {
+      if (u0 != static_cast<unsigned>(tid)) load(u0);
+      store(u0);
+    }
+  }
+  if (early) {
+    // The last block to finish waits until every row has published its slots (so no flag can
+    // still rise after it), then resets the flags for the next call.
+    __syncthreads();
+    if (tid == 0) {
+      __threadfence();
+      if (atomicAdd(a.plan.ready + batch, 1) == grid - 1) {
+        for (int c = 0; c < batch; ++c) wait_ready(a.plan.ready + c, 2);
+        for (int c = 0; c < batch; ++c) a.plan.ready[c] = 0;
+        a.plan.ready[batch] = 0;
       }
     }
   }
@@ -689,7 +762,7 @@ int vector_width(const SwapInArgs& a) {
 }
 
 template <int W>
-void launch_copy(const SwapInArgs& a, int blocks, cudaStream_t stream) {
+void launch_copy(const SwapInArgs& a, int blocks, bool early, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(cfg::kCopyThreads);
@@ -700,7 +773,7 @@ void launch_copy(const SwapInArgs& a, int blocks, cudaStream_t stream) {
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = a.use_pdl ? 1 : 0;
-  HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W>, a));
+  HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W>, a, early));
 }
 
 // Tokens of the direct table for this call (0: every row hashes) and the resolve's shared memory.
@@ -762,7 +835,8 @@ void configure_swap_in(int top_k, int hot) {
   raise_shared_limit<true>(static_cast<int>(needed));
 }
 
-void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
+namespace {
+void resolve_launch(const SwapInArgs& a, bool early, cudaStream_t stream) {
   if (a.batch <= 0 || a.top_k <= 0) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   HISPARSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
@@ -771,15 +845,15 @@ void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
   const ResolveShape shape = resolve_shape(a);
   if (a.phase_stamps) {
     swap_in_resolve<true><<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(
-        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset);
+        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset, early);
   } else {
     swap_in_resolve<false><<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(
-        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset);
+        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset, early);
   }
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 
-void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream) {
+void copy_launch(const SwapInArgs& args, bool early, cudaStream_t stream) {
   if (args.batch <= 0 || args.top_k <= 0) return;
   const bool large = args.batch >= cfg::kLargeBatch;
   SwapInArgs a = args;
@@ -793,26 +867,38 @@ void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream) {
   }
   switch (vector_width(a)) {
     case 16:
-      launch_copy<16>(a, blocks, stream);
+      launch_copy<16>(a, blocks, early, stream);
       break;
     case 8:
-      launch_copy<8>(a, blocks, stream);
+      launch_copy<8>(a, blocks, early, stream);
       break;
     case 4:
-      launch_copy<4>(a, blocks, stream);
+      launch_copy<4>(a, blocks, early, stream);
       break;
     case 2:
-      launch_copy<2>(a, blocks, stream);
+      launch_copy<2>(a, blocks, early, stream);
       break;
     default:
-      launch_copy<1>(a, blocks, stream);
+      launch_copy<1>(a, blocks, early, stream);
       break;
   }
 }
+}  // namespace
+
+void launch_swap_in_resolve(const SwapInArgs& a, cudaStream_t stream) {
+  resolve_launch(a, false, stream);
+}
+
+void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream) {
+  copy_launch(args, false, stream);
+}
 
 void launch_swap_in(const SwapInArgs& a, cudaStream_t stream) {
-  launch_swap_in_resolve(a, stream);
-  launch_swap_in_copy(a, stream);
+  // The early hand-off pays where latency matters (small batch); at large batch the copy is
+  // bound by host page translation and its blocks would only wait beside the resolve.
+  const bool early = a.plan.ready != nullptr && a.batch < cfg::kLargeBatch;
+  resolve_launch(a, early, stream);
+  copy_launch(a, early, stream);
 }
 
 }  // namespace hisparse::kernels

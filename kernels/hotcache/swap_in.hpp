@@ -57,6 +57,14 @@ struct MissPlan {
   /// the copy kernel's hand-off when there are few misses. Null: the copy kernel fetches every
   /// row. The plan is written in full either way; the twin ignores this field.
   std::int32_t* fetched = nullptr;
+  /// [batch + 1] optional (CUDA), zero when first used: the early hand-off of launch_swap_in at
+  /// batch < kLargeBatch. The resolve raises ready[b] to 1 once row b's miss tokens and count are
+  /// written and to 2 once their slots are (or straight to 2 when the row has nothing early to
+  /// give), and the copy kernel, started with the resolve, gathers a row's host rows as soon as
+  /// its tokens are known instead of waiting for the whole resolve grid; the last copy block
+  /// resets the flags (ready[batch] counts the copy blocks). Null, or a call of
+  /// launch_swap_in_resolve / launch_swap_in_copy alone: the copy waits for the resolve grid.
+  std::int32_t* ready = nullptr;
 };
 
 /// Which resolve kernel runs (CUDA only; the twin ignores it; results are identical).

@@ -32,6 +32,10 @@ struct HotCacheConfig {
   /// CUDA: a row with few misses is fetched by its resolve block (MissPlan::fetched), which saves
   /// the copy kernel's hand-off; false: the copy kernel fetches every row. Results identical.
   bool fetch_in_resolve = true;
+  /// CUDA, batch < 8: the copy kernel starts with the resolve and gathers each row's misses as
+  /// soon as they are numbered (MissPlan::ready); false: it waits for the whole resolve. Results
+  /// identical.
+  bool early_handoff = true;
 };
 
 /// One step's inputs and output for one layer. Pointers are device memory on the CUDA backend
@@ -98,6 +102,7 @@ class HotCache {
   Buffer<std::int32_t> plan_slot_;     ///< [max_batch][top_k]
   Buffer<std::int32_t> plan_token_;    ///< [max_batch][top_k]
   Buffer<std::int32_t> plan_fetched_;  ///< [max_batch]: rows the resolve fetched itself
+  Buffer<std::int32_t> plan_ready_;    ///< [max_batch + 1]: early hand-off flags, zeroed
   Buffer<std::int32_t> stats_;         ///< [max_batch][2], pinned: read on the host after a sync
 };
 

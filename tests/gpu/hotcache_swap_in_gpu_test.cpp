@@ -39,6 +39,7 @@ struct Shape {
   int copy_rows_per_chunk = -1;
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
   bool fetch_in_resolve = true;  ///< MissPlan::fetched
+  bool early_handoff = false;    ///< MissPlan::ready
 };
 
 std::string describe(const Shape& s) {
@@ -49,7 +50,7 @@ std::string describe(const Shape& s) {
          std::to_string(s.copy_blocks) + " sort_misses_from " + std::to_string(s.sort_misses_from) +
          " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk) +
          (s.resolve == kernels::ResolvePath::hash ? " resolve hash" : " resolve direct") +
-         (s.fetch_in_resolve ? " fetch_in_resolve" : "");
+         (s.fetch_in_resolve ? " fetch_in_resolve" : "") + (s.early_handoff ? " early" : "");
 }
 
 template <class T>
@@ -107,6 +108,9 @@ class Harness {
     d_plan_token_ = Buffer<std::int32_t>::device(entries, Backend::cuda, "plan token");
     d_fetched_ =
         Buffer<std::int32_t>::device(static_cast<std::size_t>(s.batch), Backend::cuda, "fetched");
+    d_ready_ = Buffer<std::int32_t>::device(static_cast<std::size_t>(s.batch) + 1, Backend::cuda,
+                                            "ready flags");
+    upload(d_ready_, std::vector<std::int32_t>(d_ready_.size(), 0));
     upload(d_slot_, slot_token_);
     upload(d_lru_, lru_);
     upload(d_rows_, rows_);
@@ -210,7 +214,8 @@ class Harness {
       a.physical_rows = d_out_.device_data();
       a.stats = d_stats_.device_data();
       a.plan = {d_count_.device_data(), d_plan_slot_.device_data(), d_plan_token_.device_data(),
-                s_.fetch_in_resolve ? d_fetched_.device_data() : nullptr};
+                s_.fetch_in_resolve ? d_fetched_.device_data() : nullptr,
+                s_.early_handoff ? d_ready_.device_data() : nullptr};
     } else {
       a.selected = sel_.data();
       a.seq_lens = s_.int64_lens ? static_cast<const void*>(lens64_.data()) : lens32_.data();
@@ -267,6 +272,9 @@ class Harness {
     ASSERT_EQ(download(d_slot_), slot_token_) << ctx;
     ASSERT_EQ(download(d_lru_), lru_) << ctx;
     ASSERT_TRUE(download(d_rows_) == rows_) << ctx << ": hot-buffer bytes differ";
+    // The early hand-off's flags are back to zero for the next call (the last copy block resets
+    // them), whichever batch the call had.
+    ASSERT_EQ(download(d_ready_), std::vector<std::int32_t>(d_ready_.size(), 0)) << ctx;
     if (s_.fetch_in_resolve) {  // which rows the resolve fetched itself (results are the same)
       const auto fetched = download(d_fetched_);
       for (int b = 0; b < s_.batch; ++b) {
@@ -300,7 +308,7 @@ class Harness {
   std::int32_t real_ = 0;
   int fetched_rows_ = 0;
   Buffer<std::int32_t> d_slot_, d_lru_, d_sel_, d_real_, d_remap_, d_out_, d_stats_, d_count_,
-      d_plan_slot_, d_plan_token_, d_fetched_;
+      d_plan_slot_, d_plan_token_, d_fetched_, d_ready_;
   Buffer<std::int64_t> d_lens_;
   Buffer<std::uint8_t> d_rows_;
 };
@@ -325,6 +333,7 @@ Shape random_shape(Rng& rng) {
   s.copy_rows_per_chunk =
       rng.below(4) == 0 ? 1 + static_cast<int>(rng.below(8)) : static_cast<int>(rng.below(2)) - 1;
   s.fetch_in_resolve = rng.below(4) != 0;
+  s.early_handoff = rng.below(2) == 0;
   return s;
 }
 
@@ -466,18 +475,22 @@ TEST(HotcacheSwapInGpu, DirectResolveFallsBackToTheHashForLongSequences) {
 TEST(HotcacheSwapInGpu, LargeSelectionNeedsTheSharedMemoryOptIn) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
-  for (int hot : {4096, 8192}) {
-    Shape s;
-    s.requests = 4;
-    s.batch = 3;
-    s.top_k = 2048;
-    s.hot = hot;
-    s.row_bytes = s.row_stride = 656;
-    s.capacity = hot + 3 * 2048 + 64;
-    Harness h(s, 5 + static_cast<std::uint64_t>(hot));
-    run_steps(h, 6, "hot " + std::to_string(hot));
-    if (HasFatalFailure()) return;
-  }
+  // Both with the copy kernel waiting for the resolve grid and with the early hand-off
+  // (MissPlan::ready: the copy gathers each row as soon as its tokens are numbered).
+  for (int hot : {4096, 8192})
+    for (bool early : {false, true}) {
+      Shape s;
+      s.requests = 4;
+      s.batch = 3;
+      s.top_k = 2048;
+      s.hot = hot;
+      s.row_bytes = s.row_stride = 656;
+      s.capacity = hot + 3 * 2048 + 64;
+      s.early_handoff = early;
+      Harness h(s, 5 + static_cast<std::uint64_t>(hot));
+      run_steps(h, 6, "hot " + std::to_string(hot) + (early ? " early" : ""));
+      if (HasFatalFailure()) return;
+    }
   Shape wide;  // batch 100: the copy kernel's chunk prefix spans several warp iterations
   wide.requests = 130;
   wide.batch = 100;

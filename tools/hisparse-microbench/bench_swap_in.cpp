@@ -7,7 +7,8 @@
 // swap_in_part, swap_in_diag, swap_in_tune, swap_in_path (the two resolve paths) and
 // swap_in_phases (per-phase time inside the resolve block, from the kernel's phase stamps) and
 // swap_in_fetch/.../fetch:0|1 (few misses fetched by the resolve block, MissPlan::fetched) and
-// swap_in_stride/.../stride:<bytes> (host rows padded to 128-byte lines).
+// swap_in_stride/.../stride:<bytes> (host rows padded to 128-byte lines) and
+// swap_in_early/.../early:0|1 (the copy's early hand-off, MissPlan::ready).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -64,6 +65,7 @@ struct SwapInCase {
   bool flush_l2 = true;          ///< false: L2 (and the TLBs) keep what the previous call left
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
   bool fetch_in_resolve = true;  ///< MissPlan::fetched (the library default)
+  bool early_handoff = true;     ///< MissPlan::ready (the library default)
   bool phases = false;  ///< record the resolve kernel's phase stamps (block 0) and report them
   /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
   /// no real rows (every row only writes -1).
@@ -155,8 +157,10 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   a.stats = d_stats.device_data();
   auto d_fetched =
       Buffer<std::int32_t>::device(static_cast<std::size_t>(c.batch), Backend::cuda, "fetched");
+  auto d_ready = device_copy(std::vector<std::int32_t>(batch + 1, 0), "ready flags");
   a.plan = {d_count.device_data(), d_plan_slot.device_data(), d_plan_token.device_data(),
-            c.fetch_in_resolve ? d_fetched.device_data() : nullptr};
+            c.fetch_in_resolve ? d_fetched.device_data() : nullptr,
+            c.early_handoff ? d_ready.device_data() : nullptr};
   a.batch = c.batch;
   a.top_k = kTopK;
   a.hot = c.hot;
@@ -388,6 +392,15 @@ bool register_swap_in() {
         SwapInCase c{16, batch, 4096, 656, miss};
         c.stride = stride;
         register_case(case_name("swap_in_stride", c) + fmt::format("/stride:{}", stride), c);
+      }
+  // The copy kernel started with the resolve, gathering each row once its misses are numbered
+  // (MissPlan::ready), or waiting for the whole resolve grid.
+  for (int batch : {1, 4, 7})
+    for (double miss : {0.001, 0.01, 0.2, 1.0})
+      for (bool early : {false, true}) {
+        SwapInCase c{16, batch, 4096, 656, miss};
+        c.early_handoff = early;
+        register_case(case_name("swap_in_early", c) + fmt::format("/early:{}", early ? 1 : 0), c);
       }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
   // (0: one chunk per block; small chunks: many waves, each over a band of requests).
