@@ -40,6 +40,11 @@ inline constexpr int kMaxResolveSharedBytes = 227 * 1024;
 /// they fit in this many bytes of its spare shared memory (49 rows of 656 B). One block moves
 /// them in about one PCIe round trip, before the copy kernel's hand-off would end.
 inline constexpr int kResolveFetchBytes = 32 * 1024;
+/// MissPlan::ready (the early hand-off) is used by calls of fewer than this many rows. From
+/// batch 8 the large copy grid's waiting blocks slow the resolve down (H200, 2026-12-01,
+/// swap_in_early: batch 8 / 0.1% 16.5 -> 23.1 us, batch 64 / 0.1% 19.7 -> 37.9 us, batch 64 /
+/// 20% 379 -> 393 us), while below it every case gains 0.5-2.5 us.
+inline constexpr int kEarlyHandoffBelow = kLargeBatch;
 /// Largest batch the copy kernel's shared-memory chunk prefix holds.
 inline constexpr int kMaxBatch = 4096;
 

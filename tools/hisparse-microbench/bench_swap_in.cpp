@@ -395,7 +395,7 @@ bool register_swap_in() {
       }
   // The copy kernel started with the resolve, gathering each row once its misses are numbered
   // (MissPlan::ready), or waiting for the whole resolve grid.
-  for (int batch : {1, 4, 7})
+  for (int batch : {1, 4, 7, 8, 16, 64, 100})
     for (double miss : {0.001, 0.01, 0.2, 1.0})
       for (bool early : {false, true}) {
         SwapInCase c{16, batch, 4096, 656, miss};
