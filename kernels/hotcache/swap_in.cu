@@ -13,8 +13,10 @@
 //           (REFERENCE.md section 4: host address translation is the wall). At large batch the
 //           chunks are small and run in many waves, each over a band of requests.
 // The copy kernel is launched with programmatic dependent launch, so its launch overlaps the
-// resolve kernel; it waits on griddepcontrol before reading the plan. Tuning and the figures
-// behind it: swap_in_config.hpp, reports/hotcache_tuning.md.
+// resolve kernel; it waits on griddepcontrol before reading the plan, or, below batch 8 with
+// MissPlan::ready (the early hand-off), on per-row flags the resolve raises as soon as a row's
+// miss tokens (1) and slots (2) are written. Tuning and the figures behind it:
+// swap_in_config.hpp, reports/hotcache_tuning.md.
 #include <algorithm>
 #include <cstdint>
 
@@ -213,7 +215,8 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     swap_in_resolve(SwapInArgs a, int direct_tokens, int fetch_rows, int fetch_offset, bool early) {
   phase_stamp<kTimed>(a, 0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Let the copy kernel's blocks be scheduled now; they wait for this grid before reading.
+  // Let the copy kernel's blocks be scheduled now; they wait for this grid (or, early hand-off,
+  // for each row's flag) before reading the plan.
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
   extern __shared__ __align__(16) unsigned char smem[];
@@ -553,9 +556,11 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
             row = base + slot;
             if ((w >> 16) == static_cast<std::uint32_t>(i)) {  // the first occurrence commits
               slot_token[slot] = pos;
-              const int at = grouped ? atomicAdd(&bucket[pos >> shift], 1) : m;
-              plan_token[at] = pos;
-              plan_slot[at] = slot;
+              if (!early_plan || fetch) {  // else already handed to the copy kernel
+                const int at = grouped ? atomicAdd(&bucket[pos >> shift], 1) : m;
+                plan_token[at] = pos;
+                plan_slot[at] = slot;
+              }
             }
           } else {
             row = base + static_cast<std::int32_t>(w & 0xffffu);
