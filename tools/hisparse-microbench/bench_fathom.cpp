@@ -216,16 +216,9 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
       scan.run(a, c.budget, s);
     }
   });
-  double total = 0;
-  for (auto _ : state) {
-    l2.flush(stream);
-    timer.start();
-    graph.launch(stream);
-    const double seconds = timer.stop_seconds();
-    state.SetIterationTime(seconds);
-    total += seconds;
-  }
-  const double per_call = total / static_cast<double>(state.iterations());
+  const double per_call = time_calls(
+      state, timer, [&](std::size_t) { l2.flush(stream); },
+      [&](std::size_t) { graph.launch(stream); });
   const double bytes = plane_bytes + scale_bytes;
   const double gbps = bytes / per_call / 1e9;
   const double ceiling = host ? pcie_h2d_gbps() : hbm_copy_gbps();
@@ -281,18 +274,12 @@ void run_plan(benchmark::State& state, int batch) {
   });
   many.launch(stream);
   stream.synchronize();
-  double total = 0;
-  for (auto _ : state) {
-    timer.start();
-    one.launch(stream);
-    const double seconds = timer.stop_seconds();
-    state.SetIterationTime(seconds);
-    total += seconds;
-  }
+  const double per_call = time_calls(
+      state, timer, [](std::size_t) {}, [&](std::size_t) { one.launch(stream); });
   timer.start();
   many.launch(stream);
   const double batched = timer.stop_seconds() / kBackToBack;
-  state.counters["us_per_call"] = total / static_cast<double>(state.iterations()) * 1e6;
+  state.counters["us_per_call"] = per_call * 1e6;
   state.counters["us_per_launch_back_to_back"] = batched * 1e6;
   state.counters["streams"] = streams;
 }
@@ -327,16 +314,9 @@ void run_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
   const CapturedGraph graph(stream, [&](cudaStream_t s) { kf::launch_quantize_pack(a, s); });
   graph.launch(stream);
   stream.synchronize();
-  double total = 0;
-  for (auto _ : state) {
-    l2.flush(stream);
-    timer.start();
-    graph.launch(stream);
-    const double seconds = timer.stop_seconds();
-    state.SetIterationTime(seconds);
-    total += seconds;
-  }
-  const double per_call = total / static_cast<double>(state.iterations());
+  const double per_call = time_calls(
+      state, timer, [&](std::size_t) { l2.flush(stream); },
+      [&](std::size_t) { graph.launch(stream); });
   const double bytes = static_cast<double>(keys.size()) * 2.0 +
                        static_cast<double>(blocks) * streams * kHeadDim * (4 * 8 + 2);
   state.counters["us_per_call"] = per_call * 1e6;

@@ -110,17 +110,9 @@ void run_gather(benchmark::State& state, const GatherCase& c) {
         stream, [&](cudaStream_t s) { kernels::launch_host_gather(a, c.method, blocks, s); }));
   }
   stream.synchronize();
-  double total = 0.0;
-  int v = 0;
-  for (auto _ : state) {
-    l2.flush(stream);
-    timer.start();
-    graphs[static_cast<std::size_t>(v++ % kVariants)]->launch(stream);
-    const double seconds = timer.stop_seconds();
-    state.SetIterationTime(seconds);
-    total += seconds;
-  }
-  const double per_call = total / static_cast<double>(state.iterations());
+  const double per_call = time_calls(
+      state, timer, [&](std::size_t) { l2.flush(stream); },
+      [&](std::size_t i) { graphs[i % kVariants]->launch(stream); });
   const double gbps = static_cast<double>(rows) * static_cast<double>(c.row_bytes) / per_call / 1e9;
   state.counters["us_per_call"] = per_call * 1e6;
   state.counters["GBps"] = gbps;

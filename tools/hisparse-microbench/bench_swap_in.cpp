@@ -234,31 +234,25 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
     return;
   }
 
-  double total_seconds = 0.0;
-  std::size_t v = 0;
   // Phase k (1..kStamps-1) runs from stamp k-1 to stamp k: summed ns (global timer) and cycles.
   std::vector<double> phase_ns(kStamps, 0.0), phase_cycles(kStamps, 0.0);
   std::vector<std::uint64_t> stamps(2 * kStamps);
   int phase_calls = 0;
-  for (auto _ : state) {
-    prepare(v++ % kVariants);
-    timer.start();
-    graph.launch(stream);
-    const double seconds = timer.stop_seconds();
-    state.SetIterationTime(seconds);
-    total_seconds += seconds;
-    if (c.phases) {
-      copy_bytes(stamps.data(), d_stamps.device_data(), stamps.size() * sizeof(std::uint64_t),
-                 Backend::cuda);
-      if (std::all_of(stamps.begin(), stamps.end(), [](std::uint64_t x) { return x != 0; })) {
+  const double per_call = time_calls(
+      state, timer, [&](std::size_t i) { prepare(i % kVariants); },
+      [&](std::size_t) { graph.launch(stream); },
+      [&](std::size_t) {
+        if (!c.phases) return;
+        copy_bytes(stamps.data(), d_stamps.device_data(), stamps.size() * sizeof(std::uint64_t),
+                   Backend::cuda);
+        if (!std::all_of(stamps.begin(), stamps.end(), [](std::uint64_t x) { return x != 0; }))
+          return;
         ++phase_calls;
         for (int k = 1; k < kStamps; ++k) {
           phase_ns[k] += static_cast<double>(stamps[k] - stamps[k - 1]);
           phase_cycles[k] += static_cast<double>(stamps[kStamps + k] - stamps[kStamps + k - 1]);
         }
-      }
-    }
-  }
+      });
   if (c.phases) {
     if (phase_calls == 0) {
       state.SkipWithError("no call recorded all phase stamps (block 0 took a short path)");
@@ -275,7 +269,6 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
     state.counters["ph_all_us"] = all_ns / phase_calls * 1e-3;
     state.counters["ph_all_kcyc"] = all_cycles / phase_calls * 1e-3;
   }
-  const double per_call = total_seconds / static_cast<double>(state.iterations());
   const double missed_bytes = static_cast<double>(misses) * static_cast<double>(c.row_bytes);
   const double gbps = missed_bytes / per_call / 1e9;
   state.counters["us_per_call"] = per_call * 1e6;

@@ -70,6 +70,31 @@ class GpuTimer {
   Event start_, stop_;
 };
 
+/// The timing loop of a benchmark: per iteration `before(i)` runs untimed (state reset, L2 flush),
+/// `call(i)` is timed with `timer` and becomes the iteration's manual time, and `after(i)` runs
+/// untimed once the call is done. Returns the mean seconds per call.
+template <class Before, class Call, class After>
+double time_calls(benchmark::State& state, GpuTimer& timer, Before&& before, Call&& call,
+                  After&& after) {
+  double total = 0.0;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    before(i);
+    timer.start();
+    call(i);
+    const double seconds = timer.stop_seconds();
+    state.SetIterationTime(seconds);
+    total += seconds;
+    after(i);
+    ++i;
+  }
+  return state.iterations() > 0 ? total / static_cast<double>(state.iterations()) : 0.0;
+}
+template <class Before, class Call>
+double time_calls(benchmark::State& state, GpuTimer& timer, Before&& before, Call&& call) {
+  return time_calls(state, timer, before, call, [](std::size_t) {});
+}
+
 /// Pinned host -> device cudaMemcpy bandwidth (GB/s), measured once per process (256 MiB copies).
 inline double pcie_h2d_gbps() {
   static const double gbps = measure_ceilings(Device::cuda(), std::size_t{256} << 20, 5).h2d_gbps;
