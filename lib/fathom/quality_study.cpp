@@ -67,24 +67,39 @@ void fill_view(BasisView& view, const std::uint16_t* keys, std::int64_t n, int d
   view.fixed32 = calibrate_fixed_channels(view.variance, view.calibration_queries, d, 32);
 }
 
-/// KV head `kvh` of the study: the workload with its own seed.
-SyntheticKeySpec kv_head_spec(const QualityConfig& config, int kvh) {
-  SyntheticKeySpec spec = config.workload;
-  spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
-  return spec;
+/// KV head `kvh` of the study: the workload with its own seed, its keys and queries, and their
+/// shape (channels, query heads, tokens).
+struct StudyHead {
+  SyntheticKeySpec spec;
+  SyntheticKeys data;
+  int d = 0, heads = 0;
+  std::int64_t n = 0;
+};
+StudyHead study_head(const QualityConfig& config, int kvh) {
+  StudyHead h;
+  h.spec = config.workload;
+  h.spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
+  h.data = make_synthetic_keys(h.spec);
+  h.d = h.spec.channels;
+  h.heads = h.spec.heads;
+  h.n = h.spec.tokens;
+  return h;
+}
+
+/// Tokens each query head selects beyond the sinks and the recent window.
+int study_keep(const QualityConfig& config) {
+  return config.top_k - config.sinks - config.recent;
 }
 
 }  // namespace
 
 AttentionStats attention_stats(const QualityConfig& config) {
   AttentionStats out;
-  const int keep = config.top_k - config.sinks - config.recent;
+  const int keep = study_keep(config);
   double samples = 0;
   for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
-    const SyntheticKeySpec spec = kv_head_spec(config, kvh);
-    const SyntheticKeys data = make_synthetic_keys(spec);
-    const int d = spec.channels, heads = spec.heads;
-    const std::int64_t n = spec.tokens;
+    const StudyHead head = study_head(config, kvh);
+    const auto& [spec, data, d, heads, n] = head;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::vector<float> scores(static_cast<std::size_t>(n) * heads);
     std::vector<std::int32_t> oracle(
@@ -132,13 +147,11 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
   std::vector<QualityRow> rows(methods.size());
   for (std::size_t m = 0; m < methods.size(); ++m)
     rows[m].method = methods[m], rows[m].name = methods[m].name();
-  const int keep = config.top_k - config.sinks - config.recent;
+  const int keep = study_keep(config);
   double samples = 0;
   for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
-    const SyntheticKeySpec spec = kv_head_spec(config, kvh);
-    const SyntheticKeys data = make_synthetic_keys(spec);
-    const int d = spec.channels, heads = spec.heads;
-    const std::int64_t n = spec.tokens;
+    const StudyHead head = study_head(config, kvh);
+    const auto& [spec, data, d, heads, n] = head;
     BasisView plain, klt;
     fill_view(plain, data.keys.data(), n, d, data.variance, data.calibration_queries);
     std::optional<KltBasis> basis;
