@@ -94,16 +94,41 @@ HISPARSE_HD float partial_value(std::uint32_t code4, int t, float scale) {
 }
 
 // ---- Quantized-weight scores (what the tensor-core scan computes; REFERENCE.md partial read) ----
-// Per (64-token block, query head): w_j = q_j * a_j over the active channels (depth t_j > 0), one
-// power-of-two scale 2^s that maps max |w_j| into [64, 128), W_j = clamp(rint(w_j * 2^s), +-127).
-// The partial read of channel j is a_j * (2 m_j + o_j) / 16 with m_j the code with its unread
+// Scale groups of 16 blocks (1024 tokens, one HBM superblock, aligned at multiples of 16 blocks):
+// per group and active channel j, S_j = max of the block scales a_bj of the group's blocks that
+// hold tokens, and each block's scale becomes a multiplier m_bj = rint(16 a_bj / S_j) in 0..16
+// (a_bj ~ m_bj S_j / 16). Per group and query head: u_j = q_j * S_j over the active channels, one
+// power-of-two scale 2^s that maps max |u_j| into [64, 128), W_j = clamp(rint(u_j * 2^s), +-127).
+// The partial read of channel j is a_bj * (2 c_j + o_j) / 16 with c_j the code with its unread
 // planes zeroed and o_j = 2^(4 - t_j) - 16, so the score is the exact integer
-// I = sum_j W_j (2 m_j + o_j) times 2^-(s + 4). Integer sums are order-free, so the tensor-core
-// kernel and the CPU twin agree bit for bit.
+// I = sum_j W_j m_bj (2 c_j + o_j) times 2^-(s + 8). m_bj c_j <= 240 is one unsigned byte, so the
+// tensor-core kernel multiplies its code bytes by m_bj and its weights stay the same for the 16
+// blocks of a group. Integer sums are order-free, so the kernel and the CPU twin agree bit for bit.
+
+inline constexpr int kScaleGroupBlocks = 16;  ///< blocks that share one set of weights
+inline constexpr int kScaleSteps = 16;        ///< multiplier of the group's largest scale
+
+/// m = rint(16 a / S) in 0..16 for a block scale `a` of a group whose largest scale is
+/// `group_max`; 0 when either is 0, negative or not finite.
+HISPARSE_HD int scale_multiplier(float a, float group_max) {
+  if (!(group_max > 0.0f) || !(group_max <= 3.0e38f) || !(a > 0.0f)) return 0;
+#if defined(__CUDA_ARCH__)
+  const float ratio = __fdiv_rn(a, group_max);
+#else
+  const float ratio = a / group_max;
+#endif
+  const float r = rintf(ratio * static_cast<float>(kScaleSteps));  // exact: a power of two
+  if (!(r >= 0.0f)) return 0;
+  return r > static_cast<float>(kScaleSteps) ? kScaleSteps : static_cast<int>(r);
+}
+/// Largest of two block scales, skipping NaN (fmaxf on both backends).
+HISPARSE_HD float group_scale_max(float acc, float a) {
+  return fmaxf(acc, a);
+}
 
 inline constexpr int kWeightLimit = 127;
 inline constexpr int kNoWeights =
-    -1000;  ///< weight shift of a (block, head) whose weights are all 0
+    -1000;  ///< weight shift of a (scale group, head) whose weights are all 0
 
 /// 2^e as a float for e in [-126, 127] (built from the exponent bits: exact).
 HISPARSE_HD float pow2_float(int e) {
@@ -117,7 +142,7 @@ HISPARSE_HD std::uint32_t masked_code(std::uint32_t code4, int t) {
 HISPARSE_HD int code_offset(int t) {
   return t == 0 ? 0 : (1 << (4 - t)) - 16;
 }
-/// Shift s of one (block, head) so that max_abs * 2^s lies in [64, 128); kNoWeights when
+/// Shift s of one (scale group, head) so that max_abs * 2^s lies in [64, 128); kNoWeights when
 /// max_abs is 0, below 2^-103 or not finite (every weight is then 0).
 HISPARSE_HD int weight_shift(float max_abs) {
   const int e = static_cast<int>((detail::float_bits(max_abs) >> 23) & 0xffu);
@@ -132,19 +157,19 @@ HISPARSE_HD int quantize_weight(float w, int shift) {
   if (r < -static_cast<float>(kWeightLimit)) return -kWeightLimit;
   return static_cast<int>(r);
 }
-/// Score of the integer sum I: I * 2^-(shift + 4) (exact).
+/// Score of the integer sum I: I * 2^-(shift + 8) (exact: |I| < 2^23 for head_dim <= 256).
 HISPARSE_HD float quantized_score(int sum, int shift) {
   if (shift == kNoWeights) return 0.0f;
-  return static_cast<float>(sum) * pow2_float(-shift - 4);
+  return static_cast<float>(sum) * pow2_float(-shift - 8);
 }
 /// A lower bound (conservative by at least one) on the integer sums whose score reaches `floor`:
 /// quantized_score(I, shift) >= floor implies I >= min_candidate_sum(floor, shift).
 HISPARSE_HD int min_candidate_sum(float floor_score, int shift) {
   constexpr int kNone = 0x3fffffff;
   if (shift == kNoWeights) return 0.0f >= floor_score ? -kNone : kNone;
-  const float x = floor_score * pow2_float(shift + 4);  // floor / unit, exact unless tiny
-  if (!(x < 4194304.0f)) return kNone;
-  if (!(x > -4194304.0f)) return -kNone;
+  const float x = floor_score * pow2_float(shift + 8);  // floor / unit, exact unless tiny
+  if (!(x < 268435456.0f)) return kNone;                // 2^28: above every sum (|I| < 2^23)
+  if (!(x > -268435456.0f)) return -kNone;
   return static_cast<int>(floorf(x)) - 1;
 }
 

@@ -191,6 +191,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   static_assert(GROUP >= 0 && GROUP <= MAX_HEADS);
   constexpr int kWarps = THREADS / 32;
   constexpr int kRoundTokens = scan_round_tokens(THREADS);
+  constexpr int kPerWarp = scan_blocks_per_warp(THREADS);
+  static_assert(kScaleGroupBlocks % (kWarps * kPerWarp) == 0, "a round stays in one scale group");
   constexpr int kPairs = MAX_HEADS / 2;
   static_assert(MAX_HEADS % 2 == 0 && MAX_HEADS <= kMaxGroupHeads);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -200,10 +202,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto* slot_channel = reinterpret_cast<int*>(smem + m.slot_channel);
   auto* slot_info = reinterpret_cast<int*>(smem + m.slot_info);
   auto* unit_code = reinterpret_cast<int*>(smem + m.unit_code);
-  std::uint8_t* wts = smem + m.weights;
-  auto* offsets = reinterpret_cast<int*>(smem + m.offsets);
-  auto* shifts = reinterpret_cast<int*>(smem + m.shifts);
-  auto* floors = reinterpret_cast<int*>(smem + m.floors);
+  std::uint8_t* wts = smem + m.weights;        // [group][head][slot] (weight_index), int8
+  std::uint8_t* mults = smem + m.multipliers;  // [block][slot]
+  auto* gmax = reinterpret_cast<float*>(smem + m.group_max);   // [group][slot]
+  auto* shifts = reinterpret_cast<int*>(smem + m.shifts);      // [group][head]
+  auto* min_sums = reinterpret_cast<int*>(smem + m.min_sums);  // [group][head]
   auto* counts = reinterpret_cast<int*>(smem + m.counts);
   auto* thr = reinterpret_cast<std::uint64_t*>(smem + m.thr);
   auto* hist = reinterpret_cast<int*>(smem + m.hist);
@@ -237,7 +240,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int heads = GROUP > 0 ? GROUP : a.heads;
   const int hp = GROUP > 0 ? (GROUP + 1) / 2 * 2 : m.heads_pad;
   const int sp = m.slots_pad, pairs = hp / 2;
-  const int tb_log2 = __ffs(tb) - 1;  // tiles are a power of two of blocks (8..64)
+  const int tb_log2 = __ffs(tb) - 1;  // tiles are a power of two of blocks (16..64)
   const std::int64_t n = a.lengths[s];
   // Positions fit in 31 bits (selection keys and the final merge hold them as int): block,
   // tile and token indices are kept in 32-bit registers.
@@ -343,81 +346,121 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     cp_async_commit();
   };
 
-  // Weights, offsets, shifts and integer floors of every (block, head) of a staged tile: one warp
-  // per block, one lane per slot, every head in registers. Slots past 16 x steps are never read.
+  // Scale multipliers of every (block, slot) and weights of every (scale group, head) of a staged
+  // tile. First every thread takes (slot, block) pairs, 16 consecutive lanes per group and slot:
+  // the group's largest scale by shuffles, then the block's multiplier. Then one warp per group,
+  // one lane per slot and every head in registers: the 8-bit weights, their shift and the
+  // smallest integer sum that can still enter each head's candidates. Slots past 16 x steps are
+  // never read.
   const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
   const int slots_read = steps2 * mma::kSlotsPerWord;
   auto prep = [&](int tile, int st) {
     const std::uint16_t* sc = scales_s + st * (m.scales_stage / 2);
-    for (int w = warp; w < tb; w += kWarps) {
-      if (tile * tb + w >= nb) continue;
-      auto* wb = reinterpret_cast<std::int8_t*>(wts) + static_cast<std::int64_t>(w) * hp * sp;
+    const int blocks_here = nb - tile * tb;  // blocks of the tile that hold tokens (may be > tb)
+    // slots_read x tb is a multiple of 256: every lane of a warp takes part in each pass.
+    for (int i = tid; i < slots_read * tb; i += THREADS) {
+      const int sl = i >> tb_log2, w = i & (tb - 1);
+      const float sv = sl < n_slots && w < blocks_here ? scale_value(sc[sl * tb + w]) : 0.0f;
+      float gm = group_scale_max(0.0f, sv);
+#pragma unroll
+      for (int lanes = kScaleGroupBlocks / 2; lanes >= 1; lanes >>= 1)
+        gm = group_scale_max(gm, __shfl_xor_sync(0xffffffffu, gm, lanes));
+      mults[w * sp + sl] = static_cast<std::uint8_t>(scale_multiplier(sv, gm));
+      if ((w & (kScaleGroupBlocks - 1)) == 0) gmax[(w / kScaleGroupBlocks) * sp + sl] = gm;
+    }
+    __syncthreads();
+    for (int g = warp; g < m.groups; g += kWarps) {
+      if (tile * tb + g * kScaleGroupBlocks >= nb) continue;
+      auto* wg = reinterpret_cast<std::int8_t*>(wts) + static_cast<std::int64_t>(g) * hp * sp;
+      const float* group_scales = gmax + g * sp;
       float max_abs[MAX_HEADS];
 #pragma unroll
       for (int h = 0; h < MAX_HEADS; ++h) max_abs[h] = 0.0f;
       for (int sl = lane; sl < n_slots; sl += 32) {
-        const float scale = scale_value(sc[sl * tb + w]);
+        const float scale = group_scales[sl];
 #pragma unroll
         for (int h = 0; h < MAX_HEADS; ++h)
           if (h < hp) max_abs[h] = fmaxf(max_abs[h], fabsf(qs[h * sp + sl] * scale));
       }
-      int shift[MAX_HEADS], part[MAX_HEADS];
+      int shift[MAX_HEADS];
 #pragma unroll
       for (int h = 0; h < MAX_HEADS; ++h) {
         shift[h] = kNoWeights;
-        part[h] = 0;
         if (h < hp)
           shift[h] = weight_shift(
               detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs[h]))));
       }
       for (int sl = lane; sl < slots_read; sl += 32) {
         const bool live = sl < n_slots;
-        const float scale = live ? scale_value(sc[sl * tb + w]) : 0.0f;
-        const int offset = code_offset(mma::slot_depth(slot_info[sl]));
+        const float scale = live ? group_scales[sl] : 0.0f;
 #pragma unroll
-        for (int h = 0; h < MAX_HEADS; ++h) {
-          if (h < hp) {
-            const int wq = live ? quantize_weight(qs[h * sp + sl] * scale, shift[h]) : 0;
-            part[h] += wq * offset;
-            wb[mma::weight_index(h, sl, sp)] = static_cast<std::int8_t>(wq);
-          }
-        }
+        for (int h = 0; h < MAX_HEADS; ++h)
+          if (h < hp)
+            wg[mma::weight_index(h, sl, sp)] = static_cast<std::int8_t>(
+                live ? quantize_weight(qs[h * sp + sl] * scale, shift[h]) : 0);
       }
-      int my_offset = 0, my_shift = kNoWeights;
+      int my_shift = kNoWeights;
 #pragma unroll
-      for (int h = 0; h < MAX_HEADS; ++h) {
-        if (h < hp) {
-          const int sum = __reduce_add_sync(0xffffffffu, part[h]);
-          if (lane == h) {
-            my_offset = sum;
-            my_shift = shift[h];
-          }
-        }
-      }
+      for (int h = 0; h < MAX_HEADS; ++h)
+        if (h < hp && lane == h) my_shift = shift[h];
       if (lane < hp) {
-        const int e = w * hp + lane;
-        offsets[e] = my_offset;
+        const int e = g * hp + lane;
         shifts[e] = my_shift;
         const std::uint64_t t = lane < heads ? thr[lane] : 0;
-        floors[e] =
-            t == 0
-                ? INT_MIN
-                : (min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), my_shift) -
-                   my_offset) >>
-                      1;
+        min_sums[e] =
+            t == 0 ? INT_MIN
+                   : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), my_shift);
       }
     }
   };
 
-  // One warp scores block w of the staged tile and appends its candidates.
-  auto score_block = [&](int tile, int st, int w) {
+  // One warp scores blocks w0 + k * kWarps (k < kPerWarp) of the staged tile together and appends
+  // their candidates. The blocks share a scale group, so one set of B fragments serves them, and
+  // their MMA chains are independent: the scan is latency-bound, and two chains per warp give
+  // the scheduler twice the independent work.
+  auto score_round = [&](int tile, int st, int w0) {
     const std::uint64_t* tw = words_s + st * (m.words_stage / 8);
-    const std::uint8_t* wb = wts + static_cast<std::int64_t>(w) * hp * sp;
-    int acc[kPairs][4];
+    const int g = w0 / kScaleGroupBlocks;
+    const std::uint8_t* wb = wts + static_cast<std::int64_t>(g) * hp * sp;
+    const std::uint8_t* bm[kPerWarp];
+    bool live[kPerWarp];
 #pragma unroll
-    for (int p = 0; p < kPairs; ++p)
+    for (int k = 0; k < kPerWarp; ++k) {
+      bm[k] = mults + (w0 + k * kWarps) * sp;
+      live[k] = tile * tb + w0 + k * kWarps < nb;
+    }
+    // Each block's constant term per head, sum_j W_j m_j o_j: lanes over slots, then one
+    // reduction per head (every lane gets every head's sum).
+    int part[kPerWarp][MAX_HEADS];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[p][i] = 0;
+    for (int k = 0; k < kPerWarp; ++k)
+#pragma unroll
+      for (int h = 0; h < MAX_HEADS; ++h) part[k][h] = 0;
+    for (int sl = lane; sl < n_slots; sl += 32) {
+      const int o = code_offset(mma::slot_depth(slot_info[sl]));
+#pragma unroll
+      for (int h = 0; h < MAX_HEADS; ++h) {
+        if (h < hp) {
+          const int wo = static_cast<int>(reinterpret_cast<const std::int8_t*>(
+                             wb)[mma::weight_index(h, sl, sp)]) *
+                         o;
+#pragma unroll
+          for (int k = 0; k < kPerWarp; ++k) part[k][h] += wo * bm[k][sl];
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kPerWarp; ++k)
+#pragma unroll
+      for (int h = 0; h < MAX_HEADS; ++h)
+        if (h < hp) part[k][h] = __reduce_add_sync(0xffffffffu, part[k][h]);
+    int acc[kPerWarp][kPairs][4];
+#pragma unroll
+    for (int k = 0; k < kPerWarp; ++k)
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[k][p][i] = 0;
     for (int ks2 = 0; ks2 < steps2; ++ks2) {
       std::uint32_t wword[kPairs];
 #pragma unroll
@@ -425,49 +468,89 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         wword[p] = p < pairs ? mma::weight_word(wb, sp, p, ks2, lane) : 0u;
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
-        std::uint32_t af[4];
-        mma::a_fragment(tw, tb, w, slot_info, 2 * ks2 + odd, lane, af);
+        std::uint32_t af[kPerWarp][4];
+#pragma unroll
+        for (int k = 0; k < kPerWarp; ++k)
+          mma::a_fragment(tw, tb, w0 + k * kWarps, slot_info, bm[k], 2 * ks2 + odd, lane, af[k]);
 #pragma unroll
         for (int p = 0; p < kPairs; ++p) {
           if (p < pairs) {
             std::uint32_t bf[2];
             mma::b_fragment(wword[p], odd, lane, bf);
-            mma_u8s8(acc[p], af, bf);
+#pragma unroll
+            for (int k = 0; k < kPerWarp; ++k) mma_u8s8(acc[k][p], af[k], bf);
           }
         }
       }
     }
-    const int base = (tile * tb + w) * kBlockTokens;
-    if (a.scores == nullptr) {
-      // Once the thresholds have risen almost no sum reaches its (block, head) floor: one vote
-      // skips the per-token keys, eligibility tests and appends for the whole warp.
-      bool any = false;
-#pragma unroll
-      for (int p = 0; p < kPairs; ++p) {
-        const int h = mma::lane_head(lane, p);
-        if (p >= pairs || h >= heads) continue;
-        const int floor = floors[w * hp + h];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) any |= acc[p][i] >= floor;
-      }
-      if (!__any_sync(0xffffffffu, any)) return;
-    }
+    // Per pair: this lane's head, its shift and the smallest sum that can enter (per group).
+    const bool second = (lane % 4) / 2 != 0;
+    int shift[kPairs], least[kPairs];
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       const int h = mma::lane_head(lane, p);
-      if (p >= pairs || h >= heads) continue;
-      const int e = w * hp + h;
-      const int floor = floors[e], offset = offsets[e], shift = shifts[e];
+      shift[p] = kNoWeights;
+      least[p] = INT_MAX;
+      if (p < pairs && h < heads) {
+        shift[p] = shifts[g * hp + h];
+        least[p] = min_sums[g * hp + h];
+      }
+    }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int dot = acc[p][i];
+    for (int k = 0; k < kPerWarp; ++k) {
+      if (!live[k]) continue;  // the same for every lane
+      int offset[kPairs], floor[kPairs];
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        offset[p] = second ? part[k][2 * p + 1] : part[k][2 * p];
+        floor[p] =
+            least[p] == INT_MIN || least[p] == INT_MAX ? least[p] : (least[p] - offset[p]) >> 1;
+      }
+      const int base = (tile * tb + w0 + k * kWarps) * kBlockTokens;
+      if (a.scores != nullptr) {  // diagnostics and tests: every score
+#pragma unroll
+        for (int p = 0; p < kPairs; ++p) {
+          const int h = mma::lane_head(lane, p);
+          if (p >= pairs || h >= heads) continue;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int token = base + mma::lane_token(lane, i);
+            if (token < n)
+              a.scores[(static_cast<std::int64_t>(stream_index()) * heads + h) * a.max_tokens +
+                       token] = quantized_score(2 * acc[k][p][i] + offset[p], shift[p]);
+          }
+        }
+      }
+      // Bit 4 p + i: accumulator i of pair p reaches its floor. Once the thresholds have risen
+      // few do, so each lane walks only its own set bits (a warp takes as many steps as its
+      // busiest lane, usually 0 or 1) instead of testing every entry one after the other.
+      unsigned pass = 0;
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          pass |= static_cast<unsigned>(acc[k][p][i] >= floor[p]) << (4 * p + i);
+      while (pass != 0u) {
+        const int bit = __ffs(static_cast<int>(pass)) - 1;
+        pass &= pass - 1u;
+        const int p = bit >> 2, i = bit & 3;
+        // Registers cannot be indexed: pick the entry with selects.
+        int dot = 0, off = 0, sh = 0;
+#pragma unroll
+        for (int pp = 0; pp < kPairs; ++pp) {
+          if (pp == p) {
+            off = offset[pp];
+            sh = shift[pp];
+          }
+#pragma unroll
+          for (int ii = 0; ii < 4; ++ii)
+            if (4 * pp + ii == bit) dot = acc[k][pp][ii];
+        }
+        const int h = mma::lane_head(lane, p);
         const int token = base + mma::lane_token(lane, i);
-        if (a.scores && token < n)
-          a.scores[(static_cast<std::int64_t>(stream_index()) * heads + h) * a.max_tokens + token] =
-              quantized_score(2 * dot + offset, shift);
-        if (dot >= floor && token >= first_eligible && token < end_eligible) {
-          const std::uint64_t key = selection_key(quantized_score(2 * dot + offset, shift),
-                                                  static_cast<std::uint32_t>(token));
+        if (token >= first_eligible && token < end_eligible) {
+          const std::uint64_t key =
+              selection_key(quantized_score(2 * dot + off, sh), static_cast<std::uint32_t>(token));
           if (key > thr[h]) buf[h * m.cap + atomicAdd(&counts[h], 1)] = key;
         }
       }
@@ -487,9 +570,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     __syncthreads();
     prep(tile, st);
     __syncthreads();
-    for (int r = 0; r < tb / kWarps; ++r) {
-      const int w = r * kWarps + warp;
-      if (tile * tb + w < nb) score_block(tile, st, w);
+    for (int r = 0; r < tb / (kWarps * kPerWarp); ++r) {
+      const int w0 = r * kWarps * kPerWarp + warp;
+      if (tile * tb + w0 < nb) score_round(tile, st, w0);
       __syncthreads();
       for (int h = 0; h < heads; ++h) {
         if (counts[h] > m.cap - kRoundTokens) {

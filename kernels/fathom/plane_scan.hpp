@@ -1,6 +1,7 @@
 // PlaneScan + selection: approximate scores from the first t_j planes of every channel (midpoint
-// reconstruction, weights quantized to 8 bits per block and head so that the CUDA kernel can sum
-// on integer tensor cores; see fathom_math.hpp), then per query head the top `keep` tokens outside the sinks and the recent
+// reconstruction, weights quantized to 8 bits per 16-block scale group and head and block scales
+// to multipliers 0..16 of the group's largest, so that the CUDA kernel can sum on integer tensor
+// cores; see fathom_math.hpp), then per query head the top `keep` tokens outside the sinks and the recent
 // window, unioned over the GQA group with the sinks and the recent tokens, deduplicated and
 // sorted. The CUDA version fuses the scan with a per-block streaming top-k (no score is written
 // to memory unless `scores` is given) and reads host-offloaded planes straight from mapped pinned
@@ -131,9 +132,10 @@ struct ScanSharedPlan {
   int cap = 0;        ///< candidate buffer entries per head
   int tile_blocks = 0;
   int threads = 0;  ///< threads per scan block (the variant's)
+  int groups = 0;   ///< scale groups per tile (tile_blocks / kScaleGroupBlocks)
   std::int64_t queries = 0, slot_channel = 0, slot_info = 0, unit_code = 0, words = 0, scales = 0,
-               weights = 0, offsets = 0, shifts = 0, floors = 0, counts = 0, thr = 0, hist = 0,
-               scratch = 0, buf = 0, total = 0;
+               weights = 0, multipliers = 0, group_max = 0, shifts = 0, min_sums = 0, counts = 0,
+               thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
   std::int64_t words_stage = 0, scales_stage = 0;  ///< bytes of one pipeline stage
 };
 /// Throws Error (naming top_k and the budget) when it exceeds the scan's shared-memory budget.
@@ -169,7 +171,7 @@ void plane_scan_select_ref(const PlaneScanArgs& args);
 /// the scan approximates. Tokens [0, n) of stream `s` for every head: out[h * n + i].
 void plane_scores_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n, float* out);
 
-/// The scan's scores (fathom_math.hpp "quantized-weight scores": per block and head, 8-bit
+/// The scan's scores (fathom_math.hpp "quantized-weight scores": per scale group and head, 8-bit
 /// weights with a power-of-two scale, exact integer sums). Bit-identical to the CUDA kernel;
 /// plane_scan_select_ref selects on these. Same layout as plane_scores_ref.
 void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n,

@@ -12,7 +12,7 @@ namespace hisparse::kernels::fathom {
 struct ScanVariant {
   int threads;           ///< threads per scan block: a warp scores one 64-token block per round
   int blocks_per_sm;     ///< __launch_bounds__ minimum blocks (register cap) and chunking residency
-  int tile_blocks_hbm;   ///< blocks per tile for HBM planes (divides a 16-block superblock)
+  int tile_blocks_hbm;   ///< blocks per tile for HBM planes (one 16-block superblock)
   int tile_blocks_host;  ///< blocks per tile for host planes (longer PCIe runs)
   std::int64_t shared_target;  ///< bytes one block may use before candidate slack is cut
   int slack_rounds_min;        ///< candidate slack per head, in rounds of the block
@@ -25,9 +25,9 @@ struct ScanVariant {
 /// staged-host instances of variant 0 (which carry the copy role) spill 4 bytes (group of 4),
 /// 12 (up to 4 heads) and 88 (up to 8 heads).
 inline constexpr ScanVariant kScanVariants[] = {
-    {256, 2, 16, 64, 110 * 1024, 2},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
-    {128, 4, 8, 16, 54 * 1024, 1},    // 1: 16 warps/SM in 4-warp blocks (cheaper barriers)
-    {128, 5, 8, 16, 43 * 1024, 1},    // 2: 20 warps/SM in 4-warp blocks, <= 96 registers
+    {256, 2, 16, 64, 110 * 1024, 1},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
+    {128, 4, 16, 16, 54 * 1024, 1},   // 1: 16 warps/SM in 4-warp blocks (cheaper barriers)
+    {128, 5, 16, 16, 43 * 1024, 1},   // 2: 20 warps/SM in 4-warp blocks, <= 96 registers
 };
 inline constexpr int kScanVariantCount =
     static_cast<int>(sizeof(kScanVariants) / sizeof(kScanVariants[0]));
@@ -47,14 +47,15 @@ inline constexpr std::int64_t kSharedReservedPerBlock = 1024;
 /// Shared memory a block may grow to when its target leaves less than the minimum slack (large
 /// top_k; the residency of the variant is then not reached).
 inline constexpr std::int64_t kScanSharedBudget = 200 * 1024;
-/// Candidate slack per head: at most 8 rounds (more only delays the threshold's rise).
-inline constexpr int kScanSlackRoundsMax = 8;
+/// Candidate slack per head: at most 4 rounds of 8-warp blocks, 4096 tokens (more only delays the
+/// threshold's rise).
+inline constexpr int kScanSlackRoundsMax = 4;
 /// Plane bytes of one pipeline stage at most (tile blocks are lowered for large budgets).
 inline constexpr std::int64_t kScanTileBytesMax = 32 * 1024;
-/// Tiles are a multiple of 8 blocks (16-byte pieces of scales, whole rounds of 8 warps); host
-/// planes are read in runs of tile_blocks x 8 bytes per (channel, plane); HBM tiles stay inside
-/// one 16-block superblock.
-inline constexpr int kScanTileBlocksMin = 8;
+/// Tiles are whole scale groups of 16 blocks (kScaleGroupBlocks: one set of weights per group,
+/// fathom_math.hpp); host planes are read in runs of tile_blocks x 8 bytes per (channel, plane);
+/// HBM tiles are one 16-block superblock.
+inline constexpr int kScanTileBlocksMin = 16;
 inline constexpr int kFinalizeThreads = 512;
 /// Shared memory the merge kernel may use (the sm_90 opt-in limit per block).
 inline constexpr std::int64_t kFinalizeSharedMax = 227 * 1024;
@@ -84,10 +85,17 @@ constexpr int stage_copy_blocks(int streams) {
   return one_each > by_tables ? one_each : by_tables;
 }
 
-/// Tokens one round of a block of `threads` scores (every warp one 64-token block); candidate
-/// buffers are checked for compaction after every round.
+/// 64-token blocks one warp scores together in a round: independent MMA chains that share one
+/// scale group's weights. 8-warp blocks take 2 (a round is one 16-block group: 436 against 446 us
+/// at 128K batch 8, 8.3 against 8.9 ms at 1M batch 32, PERF_LOG 2026-12-01); 4-warp blocks take
+/// 1, which keeps their candidate slack, and so their residency, where it was.
+constexpr int scan_blocks_per_warp(int threads) {
+  return threads >= 256 ? 2 : 1;
+}
+/// Tokens one round of a block of `threads` scores; candidate buffers are checked for
+/// compaction after every round.
 constexpr int scan_round_tokens(int threads) {
-  return threads / 32 * 64;
+  return threads / 32 * 64 * scan_blocks_per_warp(threads);
 }
 
 }  // namespace hisparse::kernels::fathom

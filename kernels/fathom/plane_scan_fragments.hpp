@@ -12,8 +12,9 @@
 //   c0..c3 = head 2P + t/2, tokens g + 16 (t & 1) + {0, 8, 32, 40}.
 // Slots are the active channels ordered by depth (deepest first, then by channel), so that the
 // four slots a warp builds together have about equal depths; padding slots have depth 0 and
-// weight 0. Weights of one block live in shared memory as [head][t][slot / 4] bytes (slot % 4 =
-// t), so that one 32-bit load gives a lane its b0/b1 of two consecutive k-steps.
+// weight 0. Weights of one scale group live in shared memory as [head][t][slot / 4] bytes (slot % 4 =
+// t), so that one 32-bit load gives a lane its b0/b1 of two consecutive k-steps. Weights belong
+// to a scale group of 16 blocks; each block's scales enter as byte multipliers of its codes.
 #pragma once
 
 #include <cstdint>
@@ -106,7 +107,7 @@ __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int 
 }
 #endif
 
-/// Byte offset of W[head][slot] inside one block's weights (slots_pad a multiple of 16).
+/// Byte offset of W[head][slot] inside one scale group's weights (slots_pad a multiple of 16).
 HISPARSE_HD int weight_index(int head, int slot, int slots_pad) {
   return (head * 4 + slot % 4) * (slots_pad / 4) + slot / 4;
 }
@@ -123,8 +124,11 @@ HISPARSE_HD std::uint32_t rotate_right(std::uint32_t v, int k) {
 /// Adds plane p of the 4 codes in `acc` (bytes = tokens x + 8 i of a 32-token half): bit x + 8 i
 /// of the plane lands on bit 8 i + 3 - p. The rotation by x + p - 3 never wraps a bit that is
 /// kept (8 i + x lies in 0..31), so one funnel shift and one LOP3 do it.
-HISPARSE_HD std::uint32_t add_code_plane(std::uint32_t acc, std::uint32_t half_word, int x, int p) {
-  return acc | (rotate_right(half_word, (x + p - 3) & 31) & (0x01010101u << (3 - p)));
+/// With `read` false the plane adds nothing (a masked plane past the slot's depth).
+HISPARSE_HD std::uint32_t add_code_plane(std::uint32_t acc, std::uint32_t half_word, int x, int p,
+                                         bool read = true) {
+  const std::uint32_t keep = read ? 0x01010101u << (3 - p) : 0u;
+  return acc | (rotate_right(half_word, (x + p - 3) & 31) & keep);
 }
 
 HISPARSE_HD std::uint32_t byte_permute(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
@@ -145,27 +149,37 @@ HISPARSE_HD std::uint32_t weight_selector(int i, int q) {
   return (0x4444u & ~(0xFu << (4 * q))) | (static_cast<std::uint32_t>(i) << (4 * q));
 }
 
-/// A registers of `lane` for k-step `ks` of block `w` of a tile: tile_words[unit * tile_blocks + w].
+/// A registers of `lane` for k-step `ks` of block `w` of a tile: tile_words[unit * tile_blocks + w],
+/// each code byte times the block's scale multiplier of its slot (block_mult[slot], 0..16; the
+/// product is at most 240, so a 32-bit multiply scales the four bytes without carries).
 HISPARSE_HD void a_fragment(const std::uint64_t* tile_words, int tile_blocks, int w,
-                            const int* slot_info, int ks, int lane, std::uint32_t a[4]) {
+                            const int* slot_info, const std::uint8_t* block_mult, int ks, int lane,
+                            std::uint32_t a[4]) {
   const int x = lane / 4, t = lane % 4;
   HISPARSE_FRAGMENT_UNROLL
   for (int half_slot = 0; half_slot < 2; ++half_slot) {
-    const int info = slot_info[ks * kSlotsPerStep + 4 * half_slot + t];
+    const int first = ks * kSlotsPerStep + 4 * half_slot;
+    // Slots are ordered deepest first, so the first of these four has the most planes: every lane
+    // takes that many plane steps (one branch for the whole warp) and masks the planes past its
+    // own slot's depth instead of branching on them (re-reading its first plane, which is valid).
+    const int planes = slot_depth(slot_info[first]);
+    const int info = slot_info[first + t];
     const int depth = slot_depth(info);
-    const std::uint64_t* unit =
-        tile_words + static_cast<std::int64_t>(slot_unit(info)) * tile_blocks + w;
+    const int unit = slot_unit(info) * tile_blocks + w;
     std::uint32_t lo = 0, hi = 0;
     HISPARSE_FRAGMENT_UNROLL
     for (int p = 0; p < kPlanes; ++p) {
-      if (p < depth) {
-        const std::uint64_t word = unit[static_cast<std::int64_t>(p) * tile_blocks];
-        lo = add_code_plane(lo, static_cast<std::uint32_t>(word), x, p);
-        hi = add_code_plane(hi, static_cast<std::uint32_t>(word >> 32), x, p);
+      if (p < planes) {
+        const bool read = p < depth;
+        const std::uint64_t word = tile_words[unit + (read ? p * tile_blocks : 0)];
+        lo = add_code_plane(lo, static_cast<std::uint32_t>(word), x, p, read);
+        hi = add_code_plane(hi, static_cast<std::uint32_t>(word >> 32), x, p, read);
       }
     }
-    a[2 * half_slot] = lo;  // bytes are the masked codes: planes past the depth stay 0
-    a[2 * half_slot + 1] = hi;
+    // Bytes are the masked codes (planes past the depth stay 0) times the multiplier.
+    const std::uint32_t m = block_mult[first + t];
+    a[2 * half_slot] = lo * m;
+    a[2 * half_slot + 1] = hi * m;
   }
 }
 

@@ -50,42 +50,56 @@ void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::
   for (int j = 0; j < channels; ++j)
     if (depths[j] > 0) active.push_back(j);
   const std::size_t na = active.size();
+  const std::int64_t nb = (n + kBlockTokens - 1) / kBlockTokens;
   std::vector<int> weights(static_cast<std::size_t>(heads) * na), offset(heads), shift(heads);
+  std::vector<int> mult(na);
+  std::vector<float> group_max(na);
   std::vector<std::uint32_t> codes(na);
-  for (std::int64_t b0 = 0; b0 < n; b0 += kBlockTokens) {
-    const std::int64_t block = b0 / kBlockTokens;
+  const auto scale = [&](std::int64_t block, std::size_t k) {
+    return f16_to_float(scales[args.layout.scale_index(block, active[k])]);
+  };
+  for (std::int64_t g0 = 0; g0 < nb; g0 += kScaleGroupBlocks) {
+    const std::int64_t g1 = std::min<std::int64_t>(nb, g0 + kScaleGroupBlocks);
+    for (std::size_t k = 0; k < na; ++k) {
+      float m = 0.0f;
+      for (std::int64_t b = g0; b < g1; ++b) m = group_scale_max(m, scale(b, k));
+      group_max[k] = m;
+    }
     for (int h = 0; h < heads; ++h) {
       float max_abs = 0.0f;
-      for (std::size_t k = 0; k < na; ++k) {
-        const float a = f16_to_float(scales[args.layout.scale_index(block, active[k])]);
-        max_abs = std::max(max_abs, std::fabs(q[h * channels + active[k]] * a));
-      }
+      for (std::size_t k = 0; k < na; ++k)
+        max_abs = std::max(max_abs, std::fabs(q[h * channels + active[k]] * group_max[k]));
       shift[h] = weight_shift(max_abs);
-      int sum = 0;
-      for (std::size_t k = 0; k < na; ++k) {
-        const float a = f16_to_float(scales[args.layout.scale_index(block, active[k])]);
-        const int w = quantize_weight(q[h * channels + active[k]] * a, shift[h]);
-        weights[h * na + k] = w;
-        sum += w * code_offset(depths[active[k]]);
-      }
-      offset[h] = sum;
+      for (std::size_t k = 0; k < na; ++k)
+        weights[h * na + k] = quantize_weight(q[h * channels + active[k]] * group_max[k], shift[h]);
     }
-    const std::int64_t end = std::min<std::int64_t>(n, b0 + kBlockTokens);
-    for (std::int64_t i = b0; i < end; ++i) {
-      const int bit = static_cast<int>(i - b0);
-      for (std::size_t k = 0; k < na; ++k) {
-        std::uint32_t code = 0;
-        for (int p = 0; p < kPlanes; ++p)
-          code =
-              (code << 1) | static_cast<std::uint32_t>(
-                                (words[args.layout.word_index(block, active[k], p)] >> bit) & 1u);
-        codes[k] = masked_code(code, depths[active[k]]);
-      }
+    for (std::int64_t block = g0; block < g1; ++block) {
+      for (std::size_t k = 0; k < na; ++k)
+        mult[k] = scale_multiplier(scale(block, k), group_max[k]);
       for (int h = 0; h < heads; ++h) {
-        int dot = 0;
+        int sum = 0;
         for (std::size_t k = 0; k < na; ++k)
-          dot += weights[h * na + k] * static_cast<int>(codes[k]);
-        out[h * n + i] = quantized_score(2 * dot + offset[h], shift[h]);
+          sum += weights[h * na + k] * mult[k] * code_offset(depths[active[k]]);
+        offset[h] = sum;
+      }
+      const std::int64_t b0 = block * kBlockTokens;
+      const std::int64_t end = std::min<std::int64_t>(n, b0 + kBlockTokens);
+      for (std::int64_t i = b0; i < end; ++i) {
+        const int bit = static_cast<int>(i - b0);
+        for (std::size_t k = 0; k < na; ++k) {
+          std::uint32_t code = 0;
+          for (int p = 0; p < kPlanes; ++p)
+            code =
+                (code << 1) | static_cast<std::uint32_t>(
+                                  (words[args.layout.word_index(block, active[k], p)] >> bit) & 1u);
+          codes[k] = masked_code(code, depths[active[k]]) * static_cast<std::uint32_t>(mult[k]);
+        }
+        for (int h = 0; h < heads; ++h) {
+          int dot = 0;
+          for (std::size_t k = 0; k < na; ++k)
+            dot += weights[h * na + k] * static_cast<int>(codes[k]);
+          out[h * n + i] = quantized_score(2 * dot + offset[h], shift[h]);
+        }
       }
     }
   }
@@ -187,10 +201,17 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   m.slot_channel = take(slots_all * 4);
   m.slot_info = take(slots_all * 4);
   m.unit_code = take(static_cast<std::int64_t>(kPlanes) * d * 4);
-  m.weights = take(tb * hp * sp);
-  m.offsets = take(tb * hp * 4);
-  m.shifts = take(tb * hp * 4);
-  m.floors = take(tb * hp * 4);
+  if (tile_blocks < kScaleGroupBlocks || tile_blocks % kScaleGroupBlocks != 0)
+    throw Error(
+        "fathom scan: workspace", fmt::format("tile of {} blocks", tile_blocks),
+        fmt::format("use a multiple of {} blocks (plan_scan_workspace)", kScaleGroupBlocks));
+  m.groups = tile_blocks / kScaleGroupBlocks;
+  const std::int64_t groups = m.groups;
+  m.weights = take(groups * hp * sp);
+  m.multipliers = take(tb * sp);
+  m.group_max = take(groups * sp * 4);
+  m.shifts = take(groups * hp * 4);
+  m.min_sums = take(groups * hp * 4);
   m.counts = take(kMaxGroupHeads * 4);
   m.thr = take(kMaxGroupHeads * 8);
   m.hist = take(256 * 4);
