@@ -8,6 +8,7 @@
 #include "core/cuda_check.hpp"
 #include "core/memory.hpp"
 #include "core/stream.hpp"
+#include "kernels/common/host_gather.hpp"
 
 namespace hisparse {
 namespace {
@@ -17,19 +18,43 @@ double median(std::vector<double> v) {
 }
 
 #if HISPARSE_WITH_CUDA
-// Median bandwidth in GB/s of `repeats` timed cudaMemcpyAsync calls moving `counted` bytes each.
-double time_copies(void* dst, const void* src, std::size_t bytes, double counted, int repeats) {
+// Median bandwidth in GB/s of `repeats` timed calls of `move(stream)` (after one warm-up), each
+// counted as `counted` bytes.
+template <typename Move>
+double time_moves(double counted, int repeats, Move move) {
   Stream stream(Backend::cuda);
   Event start(Backend::cuda), stop(Backend::cuda);
   std::vector<double> gbps;
   for (int r = -1; r < repeats; ++r) {
     start.record(stream);
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.native()));
+    move(stream.native());
     stop.record(stream);
     stop.synchronize();
     if (r >= 0) gbps.push_back(counted / (Event::elapsed_ms(start, stop) * 1e-3) / 1e9);
   }
   return median(gbps);
+}
+double time_copies(void* dst, const void* src, std::size_t bytes, double counted, int repeats) {
+  return time_moves(counted, repeats, [&](cudaStream_t s) {
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  });
+}
+// SM loads of mapped pinned memory: contiguous 4 KiB rows, the host-gather kernel's defaults.
+double time_sm_reads(const Allocation& host, const Allocation& dev, std::size_t bytes,
+                     int repeats) {
+  constexpr std::size_t kRow = 4096;
+  kernels::HostGatherArgs g;
+  g.src = static_cast<const std::uint8_t*>(host.device_data());
+  g.src_stride = kRow;
+  g.dst = static_cast<std::uint8_t*>(dev.device_data());
+  g.dst_stride = kRow;
+  g.row_bytes = kRow;
+  g.rows = static_cast<std::int64_t>(bytes / kRow);
+  if (g.rows == 0) return 0.0;
+  kernels::check_host_gather(g);
+  return time_moves(static_cast<double>(g.rows) * kRow, repeats, [&](cudaStream_t s) {
+    kernels::launch_host_gather(g, kernels::HostReadMethod::sm_loads, 0, s);
+  });
 }
 #endif
 }  // namespace
@@ -67,6 +92,7 @@ Ceilings measure_ceilings(const Device& device, std::size_t bytes, int repeats) 
   const double n = static_cast<double>(bytes);
   c.h2d_gbps = time_copies(dev_a.device_data(), host.host_data(), bytes, n, repeats);
   c.d2h_gbps = time_copies(host.host_data(), dev_a.device_data(), bytes, n, repeats);
+  c.sm_read_gbps = time_sm_reads(host, dev_a, bytes, repeats);
   c.hbm_copy_gbps = time_copies(dev_b.device_data(), dev_a.device_data(), bytes, 2.0 * n, repeats);
 #endif
   return c;
@@ -79,6 +105,7 @@ void to_json(nlohmann::json& j, const Ceilings& c) {
                      {"h2d_gbps", c.h2d_gbps},
                      {"d2h_gbps", c.d2h_gbps},
                      {"hbm_copy_gbps", c.hbm_copy_gbps},
+                     {"sm_read_gbps", c.sm_read_gbps},
                      {"host_copy_gbps", c.host_copy_gbps}};
 }
 

@@ -409,6 +409,10 @@ int info_command(const CommonOptions& o) {
                format_bytes(props.l2_bytes), props.driver_version, props.runtime_version);
     fmt::print("measured ({} copies): H2D {:.1f} GB/s, D2H {:.1f} GB/s, HBM copy {:.1f} GB/s\n",
                format_bytes(c.bytes), c.h2d_gbps, c.d2h_gbps, c.hbm_copy_gbps);
+    fmt::print(
+        "SM reads of pinned host memory (zero-copy, 4 KiB rows): {:.1f} GB/s = {:.0f}% of "
+        "H2D; the swap-in and the plane staging read host memory this way\n",
+        c.sm_read_gbps, c.h2d_gbps > 0 ? 100.0 * c.sm_read_gbps / c.h2d_gbps : 0.0);
   } else {
     fmt::print("{} hardware threads\n", props.multiprocessors);
     fmt::print("measured ({} copies): host memcpy {:.1f} GB/s (read + write)\n",
