@@ -469,9 +469,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
         std::uint32_t af[kPerWarp][4];
-#pragma unroll
-        for (int k = 0; k < kPerWarp; ++k)
-          mma::a_fragment(tw, tb, w0 + k * kWarps, slot_info, bm[k], 2 * ks2 + odd, lane, af[k]);
+        mma::a_fragments<kPerWarp>(tw, tb, w0, kWarps, slot_info, bm[0], kWarps * sp, 2 * ks2 + odd,
+                                   lane, af);
 #pragma unroll
         for (int p = 0; p < kPairs; ++p) {
           if (p < pairs) {

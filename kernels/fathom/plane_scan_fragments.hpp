@@ -149,38 +149,71 @@ HISPARSE_HD std::uint32_t weight_selector(int i, int q) {
   return (0x4444u & ~(0xFu << (4 * q))) | (static_cast<std::uint32_t>(i) << (4 * q));
 }
 
-/// A registers of `lane` for k-step `ks` of block `w` of a tile: tile_words[unit * tile_blocks + w],
-/// each code byte times the block's scale multiplier of its slot (block_mult[slot], 0..16; the
-/// product is at most 240, so a 32-bit multiply scales the four bytes without carries).
-HISPARSE_HD void a_fragment(const std::uint64_t* tile_words, int tile_blocks, int w,
-                            const int* slot_info, const std::uint8_t* block_mult, int ks, int lane,
-                            std::uint32_t a[4]) {
+/// A registers of `lane` for k-step `ks` of K blocks w0 + k * w_step of a tile
+/// (tile_words[unit * tile_blocks + w]), each code byte times the block's scale multiplier of its
+/// slot (block_mult[k * mult_step + slot], 0..16; the product is at most 240, so a 32-bit
+/// multiply scales the four bytes without carries). The K blocks share the slots, so one plane
+/// count and one set of slot loads serve them all.
+template <int K>
+HISPARSE_HD void a_fragments(const std::uint64_t* tile_words, int tile_blocks, int w0, int w_step,
+                             const int* slot_info, const std::uint8_t* block_mult, int mult_step,
+                             int ks, int lane, std::uint32_t (*a)[4]) {
   const int x = lane / 4, t = lane % 4;
   HISPARSE_FRAGMENT_UNROLL
   for (int half_slot = 0; half_slot < 2; ++half_slot) {
     const int first = ks * kSlotsPerStep + 4 * half_slot;
     // Slots are ordered deepest first, so the first of these four has the most planes: every lane
-    // takes that many plane steps (one branch for the whole warp) and masks the planes past its
-    // own slot's depth instead of branching on them (re-reading its first plane, which is valid).
+    // takes that many plane steps (one jump for the whole warp, no branch per plane) and masks
+    // the planes past its own slot's depth (re-reading its first plane, which is valid).
     const int planes = slot_depth(slot_info[first]);
     const int info = slot_info[first + t];
     const int depth = slot_depth(info);
-    const int unit = slot_unit(info) * tile_blocks + w;
-    std::uint32_t lo = 0, hi = 0;
+    const int unit = slot_unit(info) * tile_blocks + w0;
+    std::uint32_t lo[K], hi[K];
     HISPARSE_FRAGMENT_UNROLL
-    for (int p = 0; p < kPlanes; ++p) {
-      if (p < planes) {
-        const bool read = p < depth;
-        const std::uint64_t word = tile_words[unit + (read ? p * tile_blocks : 0)];
-        lo = add_code_plane(lo, static_cast<std::uint32_t>(word), x, p, read);
-        hi = add_code_plane(hi, static_cast<std::uint32_t>(word >> 32), x, p, read);
+    for (int k = 0; k < K; ++k) lo[k] = hi[k] = 0;
+    const auto add_plane = [&](int p) {
+      const bool read = p < depth;
+      const int at = unit + (read ? p * tile_blocks : 0);
+      HISPARSE_FRAGMENT_UNROLL
+      for (int k = 0; k < K; ++k) {
+        const std::uint64_t word = tile_words[at + k * w_step];
+        lo[k] = add_code_plane(lo[k], static_cast<std::uint32_t>(word), x, p, read);
+        hi[k] = add_code_plane(hi[k], static_cast<std::uint32_t>(word >> 32), x, p, read);
       }
+    };
+    switch (planes) {  // planes are ORed in, so the deepest is added first
+      case 4:
+        add_plane(3);
+        [[fallthrough]];
+      case 3:
+        add_plane(2);
+        [[fallthrough]];
+      case 2:
+        add_plane(1);
+        [[fallthrough]];
+      case 1:
+        add_plane(0);
+        break;
+      default:
+        break;
     }
-    // Bytes are the masked codes (planes past the depth stay 0) times the multiplier.
-    const std::uint32_t m = block_mult[first + t];
-    a[2 * half_slot] = lo * m;
-    a[2 * half_slot + 1] = hi * m;
+    HISPARSE_FRAGMENT_UNROLL
+    for (int k = 0; k < K; ++k) {
+      // Bytes are the masked codes (planes past the depth stay 0) times the multiplier.
+      const std::uint32_t m = block_mult[k * mult_step + first + t];
+      a[k][2 * half_slot] = lo[k] * m;
+      a[k][2 * half_slot + 1] = hi[k] * m;
+    }
   }
+}
+/// a_fragments for one block w.
+HISPARSE_HD void a_fragment(const std::uint64_t* tile_words, int tile_blocks, int w,
+                            const int* slot_info, const std::uint8_t* block_mult, int ks, int lane,
+                            std::uint32_t a[4]) {
+  std::uint32_t one[1][4];
+  a_fragments<1>(tile_words, tile_blocks, w, 0, slot_info, block_mult, 0, ks, lane, one);
+  for (int i = 0; i < 4; ++i) a[i] = one[0][i];
 }
 
 /// The 32-bit weight word of `lane` for head-pair `pair` and k-steps 2 ks2, 2 ks2 + 1.
