@@ -803,8 +803,7 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
       reinterpret_cast<std::uintptr_t>(args.scales) % 16 != 0)
     throw Error("fathom scan: planes", "plane words or scales are not 16-byte aligned",
                 "pass the PlaneStore's buffers (the scan copies them in 16-byte pieces)");
-  if (ws.tile_blocks % kScanTileBlocksMin != 0 ||
-      (args.layout.kind == PlaneLayoutKind::hbm && kSuperblockBlocks % ws.tile_blocks != 0))
+  if (ws.tile_blocks % kScanTileBlocksMin != 0)
     throw Error("fathom scan: workspace", "tile of " + std::to_string(ws.tile_blocks) + " blocks",
                 "use plan_scan_workspace()");
   const FinalizeSmem fin = plan_finalize_smem(args);

@@ -12,7 +12,7 @@ namespace hisparse::kernels::fathom {
 struct ScanVariant {
   int threads;           ///< threads per scan block: a warp scores one 64-token block per round
   int blocks_per_sm;     ///< __launch_bounds__ minimum blocks (register cap) and chunking residency
-  int tile_blocks_hbm;   ///< blocks per tile for HBM planes (one 16-block superblock)
+  int tile_blocks_hbm;   ///< blocks per tile for HBM planes (whole 16-block superblocks)
   int tile_blocks_host;  ///< blocks per tile for host planes (longer PCIe runs)
   std::int64_t shared_target;  ///< bytes one block may use before candidate slack is cut
   int slack_rounds_min;        ///< candidate slack per head, in rounds of the block
@@ -25,7 +25,7 @@ struct ScanVariant {
 /// staged-host instances of variant 0 (which carry the copy role) spill 4 bytes (group of 4),
 /// 12 (up to 4 heads) and 88 (up to 8 heads).
 inline constexpr ScanVariant kScanVariants[] = {
-    {256, 2, 16, 64, 110 * 1024, 1},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
+    {256, 2, 32, 64, 110 * 1024, 1},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
     {128, 4, 16, 16, 54 * 1024, 1},   // 1: 16 warps/SM in 4-warp blocks (cheaper barriers)
     {128, 5, 16, 16, 43 * 1024, 1},   // 2: 20 warps/SM in 4-warp blocks, <= 96 registers
 };
