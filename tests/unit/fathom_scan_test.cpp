@@ -228,6 +228,43 @@ TEST(FathomScanFragments, SlotsAreOrderedDeepestFirst) {
   EXPECT_EQ(unit[14], (7 << 2) | 0);
 }
 
+// The kernel builds the A registers of a warp's two blocks together (one plane count and one set
+// of slot loads); that must equal building each block alone, for every lane and k-step, with
+// multipliers up to 16 and depths that differ within each group of 4 slots.
+TEST(FathomScanFragments, TwoBlocksTogetherEqualEachBlockAlone) {
+  const std::vector<std::uint8_t> depths = {4, 1, 3, 0, 2, 1, 1, 4, 2, 3, 1, 1, 0, 2, 1, 1, 1, 3};
+  const int d = static_cast<int>(depths.size());
+  std::vector<int> channel(32, 0), info(32, 0), unit(4 * 32, 0);
+  int units = 0;
+  const int slots =
+      km::order_slots(depths.data(), d, channel.data(), info.data(), unit.data(), &units);
+  ASSERT_EQ(slots, 16);
+  constexpr int kTile = 32, kStep = 8, kSlotsPad = 32;
+  Rng rng(77);
+  std::vector<std::uint64_t> words(static_cast<std::size_t>(units) * kTile);
+  for (auto& w : words) w = rng.next_bits();
+  std::vector<std::uint8_t> mult(static_cast<std::size_t>(kTile) * kSlotsPad);
+  for (auto& m : mult) m = static_cast<std::uint8_t>(rng.next_bits() % 17);
+  int nonzero = 0;
+  for (int w0 : {0, 3, 16, 23})
+    for (int ks = 0; ks < 4; ++ks)
+      for (int lane = 0; lane < 32; ++lane) {
+        std::uint32_t both[2][4], first[4], second[4];
+        km::a_fragments<2>(words.data(), kTile, w0, kStep, info.data(),
+                           mult.data() + w0 * kSlotsPad, kStep * kSlotsPad, ks, lane, both);
+        km::a_fragment(words.data(), kTile, w0, info.data(), mult.data() + w0 * kSlotsPad, ks, lane,
+                       first);
+        km::a_fragment(words.data(), kTile, w0 + kStep, info.data(),
+                       mult.data() + (w0 + kStep) * kSlotsPad, ks, lane, second);
+        for (int r = 0; r < 4; ++r) {
+          ASSERT_EQ(both[0][r], first[r]) << w0 << " " << ks << " " << lane << " " << r;
+          ASSERT_EQ(both[1][r], second[r]) << w0 << " " << ks << " " << lane << " " << r;
+          nonzero += first[r] != 0;
+        }
+      }
+  EXPECT_GT(nonzero, 500);  // the registers carry codes: the comparison can fail
+}
+
 TEST(FathomScanFragments, CodeBytesAndWeightPlacement) {
   // Token x + 8 i of a 32-token half; planes (p = 0 most significant).
   std::uint32_t planes[4];
