@@ -31,10 +31,11 @@ namespace cfg = swap_in_config;
 constexpr std::uint32_t kNoSlot = 0xffffu;
 constexpr std::uint32_t kMissFlag = 0x8000u;
 
+// Smallest power of two >= max(32, 2 * top_k), without a loop: every warp of the resolve computes
+// it, and the loop cost 40 instructions per warp (ncu, batch 1).
 __device__ __forceinline__ int hash_capacity(int top_k) {
-  int capacity = 32;
-  while (capacity < 2 * top_k) capacity *= 2;
-  return capacity;
+  const int need = max(32, 2 * top_k);
+  return 1 << (32 - __clz(need - 1));
 }
 
 __device__ __forceinline__ std::uint32_t hash_home(std::int32_t key, std::uint32_t mask) {
@@ -149,11 +150,31 @@ __device__ __forceinline__ void block_add(int* counter, int value) {
 // before any is used.
 __device__ __forceinline__ void load_items(const std::int32_t* src, int first, int n,
                                            std::int32_t (&v)[kItems]) {
+  if (first + kItems <= n && (reinterpret_cast<std::uintptr_t>(src + first) & 15u) == 0) {
+    const int4 q = *reinterpret_cast<const int4*>(src + first);  // one 16-B load, not four
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kItems; ++j) v[j] = first + j < n ? src[first + j] : -1;
 }
 
-static_assert(kItems == 4, "the hit-word shuffle assumes 4 slots per thread");
+// Entries first..first+kItems-1 of dst (those below n) = v: the store twin of load_items.
+__device__ __forceinline__ void store_items(std::int32_t* dst, int first, int n,
+                                            const std::int32_t (&v)[kItems]) {
+  if (first + kItems <= n && (reinterpret_cast<std::uintptr_t>(dst + first) & 15u) == 0) {
+    *reinterpret_cast<int4*>(dst + first) = make_int4(v[0], v[1], v[2], v[3]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j)
+    if (first + j < n) dst[first + j] = v[j];
+}
+
+static_assert(kItems == 4, "the hit-word shuffle and the 16-B loads assume 4 entries per thread");
 
 // Token -> value-word table of one row: the shared-memory hash of the selection, or (direct) one
 // word per token of the sequence, indexed by the token itself: no hashing and no probe loops.
@@ -277,13 +298,14 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     for (int t0 = 0; t0 < top_k; t0 += tile) {
       std::int32_t v[kItems];
       sel_tile(t0, v);
+      std::int32_t rows_out[kItems];
 #pragma unroll
       for (int j = 0; j < kItems; ++j) {
-        const int i = t0 + mine + j;
         const bool ok = v[j] >= 0 && v[j] < seq_len;
         my_valid += ok ? 1 : 0;
-        if (i < top_k) out[i] = ok ? base + v[j] : -1;
+        rows_out[j] = ok ? base + v[j] : -1;
       }
+      store_items(out, t0 + mine, top_k, rows_out);
     }
     int valid = 0;
     block_exclusive_sum(my_valid, scratch, parity, valid);
@@ -304,8 +326,8 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   const int sort_from = a.sort_misses_from >= 0
                             ? a.sort_misses_from
                             : (a.batch >= cfg::kLargeBatch ? cfg::kSortMissesFrom : 0);
-  int shift = 0;  // bucket of a token: token >> shift < kSwapInBuckets
-  while (((seq_len - 1) >> shift) >= kSwapInBuckets) ++shift;
+  // Bucket of a token: token >> shift < kSwapInBuckets (seq_len > hot >= 1 here).
+  const int shift = max(0, 64 - __clzll(static_cast<long long>(seq_len - 1)) - kLog2SwapInBuckets);
   const bool direct = fast && seq_len <= direct_tokens;
   const SelectionTable table{keys, direct ? reinterpret_cast<std::uint32_t*>(smem) : vals, mask,
                              direct};
@@ -314,6 +336,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   if (table.direct) {  // one word per token of the sequence (direct_tokens is a multiple of 4)
     auto* words4 = reinterpret_cast<uint4*>(smem);
     const int n4 = static_cast<int>((seq_len + 3) / 4);
+#pragma unroll 8
     for (int i = tid; i < n4; i += nt)
       words4[i] = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
   } else {
@@ -535,16 +558,28 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   }
 
   // 5. Commit the order, the slot table and the plan; output the physical rows.
-  for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
+  if ((hot & 3) == 0 && (reinterpret_cast<std::uintptr_t>(lru) & 15u) == 0 &&
+      (reinterpret_cast<std::uintptr_t>(new_lru) & 7u) == 0) {  // 4 slots per load and store
+    for (int p = 4 * tid; p < hot; p += 4 * nt) {
+      const uint2 q = *reinterpret_cast<const uint2*>(new_lru + p);
+      *reinterpret_cast<int4*>(lru + p) =
+          make_int4(static_cast<int>(q.x & 0xffffu), static_cast<int>(q.x >> 16),
+                    static_cast<int>(q.y & 0xffffu), static_cast<int>(q.y >> 16));
+    }
+  } else {
+    for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
+  }
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
     sel_tile(t0, v);
+    std::int32_t rows_out[kItems];
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int i = t0 + mine + j;
+      std::int32_t& row = rows_out[j];
+      row = -1;
       if (i >= top_k) continue;
       const std::int32_t pos = v[j];
-      std::int32_t row = -1;
       if (pos >= 0 && pos < seq_len) {
         if (pos == newest) {
           row = base + hot;
@@ -567,8 +602,8 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
           }
         }
       }
-      out[i] = row;
     }
+    store_items(out, t0 + mine, top_k, rows_out);
   }
   if (tid == 0) write_row_stats(a, b, valid - n_miss, n_miss, fetch);
   if (early && !early_plan) {  // a grouped plan is complete only now

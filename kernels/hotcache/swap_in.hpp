@@ -114,7 +114,8 @@ struct SwapInArgs {
 /// Resolve kernel shared memory: block-scan scratch (two ping-pong areas of 33 ints and two
 /// counters) and the buckets that group a row's misses by host address.
 inline constexpr int kSwapInScratchInts = 68;
-inline constexpr int kSwapInBuckets = 512;
+inline constexpr int kLog2SwapInBuckets = 9;
+inline constexpr int kSwapInBuckets = 1 << kLog2SwapInBuckets;
 
 /// Dynamic shared memory the resolve kernel needs for (top_k, hot).
 [[nodiscard]] std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept;

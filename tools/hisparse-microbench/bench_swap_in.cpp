@@ -397,12 +397,16 @@ bool register_swap_in() {
       }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
   // (0: one chunk per block; small chunks: many waves, each over a band of requests).
+  // Few misses at batch 64: how much of the call is the copy grid itself (its blocks start,
+  // read the counts and leave).
   for (int batch : {1, 64, 100})
-    for (double miss : {0.2, 1.0})
+    for (double miss : {0.001, 0.01, 0.2, 1.0})
       for (int sort : {0, 1})
-        for (int per_sm : {4, 8, 16, 24, 32})
+        for (int per_sm : {1, 2, 4, 8, 16, 24, 32})
           for (int rows : {0, 2, 4, 8, 16}) {
             if (batch == 1 && (per_sm != 8 || rows != 0)) continue;
+            if (per_sm < 4 && miss >= 0.2) continue;
+            if (miss < 0.2 && (batch != 64 || sort != 1 || (rows != 2 && rows != 0))) continue;
             if (rows != 0 && sort == 0) continue;
             SwapInCase c{16, batch, 4096, 656, miss};
             c.sort_misses_from = sort;
