@@ -210,7 +210,26 @@ struct ScanCase {
   /// 0: the longest stream. Above about 1.6M tokens the merge sorts with the bitonic network
   /// instead of the bitmap of positions.
   std::int64_t max_tokens = 0;
+  /// Then one PlaneScan runs twice, the second time with the queries times -1/4: nothing the
+  /// first call left in the reused workspace (candidates, counts, thresholds) may leak into it.
+  bool rerun_negated = false;
 };
+
+// The first `count[s]` entries of each stream's selection equal the twin's.
+void expect_same_selection(const std::vector<std::int32_t>& want,
+                           const std::vector<std::int32_t>& want_count,
+                           const Buffer<std::int32_t>& sel, const Buffer<std::int32_t>& cnt,
+                           std::size_t max_sel) {
+  const auto got_count = to_host(cnt.device_data(), cnt.size(), Backend::cuda);
+  const auto got = to_host(sel.device_data(), sel.size(), Backend::cuda);
+  for (std::size_t s = 0; s < want_count.size(); ++s) {
+    ASSERT_EQ(got_count[s], want_count[s]) << "stream " << s;
+    for (std::int32_t i = 0; i < want_count[s]; ++i)
+      ASSERT_EQ(got[s * max_sel + static_cast<std::size_t>(i)],
+                want[s * max_sel + static_cast<std::size_t>(i)])
+          << "stream " << s << " entry " << i;
+  }
+}
 
 void run_scan_case(const ScanCase& c) {
   const int d = c.d;
@@ -358,14 +377,25 @@ void run_scan_case(const ScanCase& c) {
     scan.run(fused, c.budget, stream.native());
     stream.synchronize();
     EXPECT_EQ(to_host(planned.device_data(), planned.size(), Backend::cuda), depths);
-    const auto got_count = to_host(cnt.device_data(), cnt.size(), Backend::cuda);
-    const auto got = to_host(sel.device_data(), sel.size(), Backend::cuda);
-    for (std::int32_t s = 0; s < streams; ++s) {
-      ASSERT_EQ(got_count[s], want_count[s]) << "stream " << s;
-      for (std::int32_t i = 0; i < want_count[s]; ++i)
-        ASSERT_EQ(got[s * max_sel + i], want[s * max_sel + i]) << "stream " << s << " entry " << i;
-    }
+    expect_same_selection(want, want_count, sel, cnt, max_sel);
   }
+  if (!c.rerun_negated) return;
+  // One scan object, two calls: q, then -q / 4 (the same given depths; other top tokens with
+  // scores a quarter as large, so a threshold left from the first call would drop most of them).
+  PlaneScan again(Backend::cuda);
+  again.run(a, c.budget, stream.native());
+  stream.synchronize();
+  expect_same_selection(want, want_count, sel, cnt, max_sel);
+  for (auto& x : q) x = -0.25f * x;
+  copy_bytes(qd.device_data(), q.data(), q.size() * sizeof(float), Backend::cuda);
+  ref.queries = q.data();
+  ref.scores = nullptr;
+  kf::plane_scan_select_ref(ref);
+  a.scores = nullptr;
+  again.run(a, c.budget, stream.native());
+  stream.synchronize();
+  SCOPED_TRACE("second call, queries times -1/4");
+  expect_same_selection(want, want_count, sel, cnt, max_sel);
 }
 
 TEST(FathomGpu, ScanSelectMatchesTwinHbm) {
@@ -407,6 +437,9 @@ TEST(FathomGpu, ScanSelectMatchesTwinManyChunksPerStream) {
   HISPARSE_REQUIRE_GPU();
   run_scan_case({PlaneLayoutKind::host, {262144 + 31}, 4, 512, 48, false});
   run_scan_case({PlaneLayoutKind::hbm, {200000, 3}, 4, 512, 80, false});
+  ScanCase twice{PlaneLayoutKind::hbm, {200000, 150000}, 4, 512, 48, false};
+  twice.rerun_negated = true;
+  run_scan_case(twice);
 }
 
 // Sized for 1.7M tokens, the merge kernel's bitmap of positions no longer fits its shared memory
