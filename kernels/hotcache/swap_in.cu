@@ -897,7 +897,7 @@ void copy_launch(const SwapInArgs& args, bool early, cudaStream_t stream) {
   if (args.batch <= 0 || args.top_k <= 0) return;
   const bool large = args.batch >= cfg::kLargeBatch;
   SwapInArgs a = args;
-  if (a.copy_rows_per_chunk < 0) a.copy_rows_per_chunk = large ? cfg::kCopyRowsPerChunkLarge : 0;
+  if (a.copy_rows_per_chunk < 0) a.copy_rows_per_chunk = cfg::kCopyRowsPerChunk;
   int blocks = a.copy_blocks;
   if (blocks <= 0) {
     int device = 0, sms = 0;

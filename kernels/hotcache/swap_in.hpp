@@ -103,8 +103,10 @@ struct SwapInArgs {
   /// A row with at least this many misses lists its plan grouped by host address (buckets of
   /// about seq_len / 512 tokens), so that a copy block walks one stretch of the host region; 0:
   /// never (plan in miss order, as the twin writes it).
-  int sort_misses_from = -1;    ///< -1: kSortMissesFrom at batch >= kLargeBatch, else never
-  int copy_rows_per_chunk = 0;  ///< rows per copy block and chunk; 0: fewest chunks in one wave
+  int sort_misses_from = -1;  ///< -1: kSortMissesFrom at batch >= kLargeBatch, else never
+  /// Rows per copy block and chunk; 0: the fewest chunks in one wave (searched by every block);
+  /// -1: swap_in_config::kCopyRowsPerChunk.
+  int copy_rows_per_chunk = -1;
   ResolvePath resolve = ResolvePath::direct;
   /// Diagnostic: when set, a separately compiled resolve kernel writes 2 x kSwapInPhaseStamps
   /// uint64 stamps here (barriers added between phases; results unchanged). Null: no cost.

@@ -21,16 +21,18 @@ inline constexpr int kCopyBlocksPerSm = 8;
 /// (figures in reports/hotcache_tuning.md, batch 64 and 100 on the H200):
 ///  - each row's plan is grouped by host address when it has at least kSortMissesFrom misses
 ///    (batch 100 / 20%: 829 -> 717 us);
-///  - the copy grid is kCopyGridPerSmLarge blocks per SM (more than fit at once) and each chunk
-///    kCopyRowsPerChunkLarge rows, so the chunks run in many waves, each over a band of requests
-///    (batch 100 / 20%: 717 -> 629 us; batch 64 / 20%: 446 -> 409 us with the hash resolve; with
-///    the direct resolve, 2026-12-01 sweep: 16 x 4 gave 600 / 378 us, 32 x 2 gives 581 / 377 us).
-/// Smaller calls are latency-bound: no grouping, kCopyBlocksPerSm blocks per SM, and the chunk
-/// size that gives every block at most one chunk.
+///  - the copy grid is kCopyGridPerSmLarge blocks per SM (more than fit at once), so the chunks
+///    run in many waves, each over a band of requests (batch 100 / 20%: 717 -> 629 us; batch 64 /
+///    20%: 446 -> 409 us with the hash resolve; with the direct resolve, 2026-12-01 sweep: 16 x 4
+///    gave 600 / 378 us, 32 x 2 gives 581 / 377 us).
+/// Smaller calls are latency-bound: no grouping, kCopyBlocksPerSm blocks per SM.
+/// At every batch a chunk is kCopyRowsPerChunk rows. At batch 1 that beat the chunk size giving
+/// each block at most one chunk (its search costs every block about 3 us): 20% miss 23.4 ->
+/// 20.5 us, 100% 45.6 -> 42.5 us (swap_in_tune, 2026-12-01).
 inline constexpr int kLargeBatch = 8;
 inline constexpr int kSortMissesFrom = 32;
 inline constexpr int kCopyGridPerSmLarge = 32;
-inline constexpr int kCopyRowsPerChunkLarge = 2;
+inline constexpr int kCopyRowsPerChunk = 2;
 /// ResolvePath::direct: rows of at most this many tokens use a direct token-indexed table (4 B
 /// per token of shared memory) instead of the selection hash; the launcher uses it only while the
 /// kernel's shared memory stays within kMaxResolveSharedBytes (the sm_90 opt-in limit).

@@ -404,10 +404,11 @@ bool register_swap_in() {
       for (int sort : {0, 1})
         for (int per_sm : {1, 2, 4, 8, 16, 24, 32})
           for (int rows : {0, 2, 4, 8, 16}) {
-            if (batch == 1 && (per_sm != 8 || rows != 0)) continue;
-            if (per_sm < 4 && miss >= 0.2) continue;
+            // Batch 1 (one request, 410 or 2048 rows): the grid and the chunk size, ungrouped.
+            if (batch == 1 && (sort != 0 || per_sm == 24)) continue;
+            if (per_sm < 4 && miss >= 0.2 && batch != 1) continue;
             if (miss < 0.2 && (batch != 64 || sort != 1 || (rows != 2 && rows != 0))) continue;
-            if (rows != 0 && sort == 0) continue;
+            if (rows != 0 && sort == 0 && batch != 1) continue;
             SwapInCase c{16, batch, 4096, 656, miss};
             c.sort_misses_from = sort;
             c.copy_blocks_per_sm = per_sm;
