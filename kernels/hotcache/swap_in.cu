@@ -647,6 +647,65 @@ __device__ __forceinline__ int chunks_for(const int* counts, int batch, int rows
   return chunks;
 }
 
+// Copies rows first_row .. first_row + rows - 1 of row b's plan (one chunk, one block). With the
+// early hand-off the host loads of the first round are issued before the slots are known.
+template <int W>
+__device__ __forceinline__ void copy_chunk(const SwapInArgs& a, int b, int r, int first_row,
+                                           int rows, bool early) {
+  using Vec = typename VecOf<W>::type;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
+  const auto units_per_row = static_cast<unsigned>(a.copy_bytes / W);
+  const std::uint8_t* host =
+      a.host_pool.base + static_cast<std::size_t>(r) * a.host_pool.request_stride;
+  std::uint8_t* dst = a.hot_buffer.rows + static_cast<std::size_t>(r) *
+                                              static_cast<std::size_t>(a.hot + 1) *
+                                              a.hot_buffer.row_stride;
+  const std::int32_t* tokens = a.plan.token + static_cast<std::size_t>(b) * a.top_k + first_row;
+  const std::int32_t* slots = a.plan.slot + static_cast<std::size_t>(b) * a.top_k + first_row;
+  const unsigned units = static_cast<unsigned>(rows) * units_per_row;
+  const auto step = static_cast<unsigned>(nt * cfg::kCopyUnroll);
+
+  // Rounds of kCopyUnroll vectors per thread: the host loads of a round are issued before
+  // the slots are read, so with the early hand-off the first round is in flight while the
+  // resolve finishes its LRU walk.
+  Vec v[cfg::kCopyUnroll];
+  auto load = [&](unsigned u0) {
+#pragma unroll
+    for (int j = 0; j < cfg::kCopyUnroll; ++j) {
+      const unsigned u = u0 + static_cast<unsigned>(j * nt);
+      if (u < units) {
+        const unsigned row = u / units_per_row;
+        v[j] = *reinterpret_cast<const Vec*>(
+            host + static_cast<std::size_t>(tokens[row]) * a.host_pool.row_stride +
+            static_cast<std::size_t>(u - row * units_per_row) * W);
+      }
+    }
+  };
+  auto store = [&](unsigned u0) {
+#pragma unroll
+    for (int j = 0; j < cfg::kCopyUnroll; ++j) {
+      const unsigned u = u0 + static_cast<unsigned>(j * nt);
+      if (u < units) {
+        const unsigned row = u / units_per_row;
+        *reinterpret_cast<Vec*>(dst +
+                                static_cast<std::size_t>(slots[row]) * a.hot_buffer.row_stride +
+                                static_cast<std::size_t>(u - row * units_per_row) * W) = v[j];
+      }
+    }
+  };
+  auto u0 = static_cast<unsigned>(tid);
+  load(u0);
+  if (early) {  // the slots are written once the row reaches 2
+    if (tid == 0) wait_ready(a.plan.ready + b, 2);
+    __syncthreads();
+  }
+  for (; u0 < units; u0 += step) {
+    if (u0 != static_cast<unsigned>(tid)) load(u0);
+    store(u0);
+  }
+}
+
 template <int W>
 __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
     swap_in_copy(SwapInArgs a, bool early) {
@@ -655,125 +714,89 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
   // the whole resolve grid.
   if (!early) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  using Vec = typename VecOf<W>::type;
   extern __shared__ int chunk_start[];  // [batch + 1]; first the counts
   __shared__ int rows_per_chunk;
   const int batch = a.batch;
   const int tid = static_cast<int>(threadIdx.x);
-  const int nt = static_cast<int>(blockDim.x);
   const int grid = static_cast<int>(gridDim.x);
 
-  if (tid < 32) {
-    // Chunk size: the smallest that gives at most one chunk per block, so that no block copies
-    // a second chunk after the others are done (at batch 100 a second wave cost up to 2x).
-    int total = 0;
-    for (int c = tid; c < batch; c += 32) {
-      if (early) wait_ready(a.plan.ready + c, 1);  // the row's count and tokens are written
-      chunk_start[c] = a.plan.fetched && a.plan.fetched[c] ? 0 : a.plan.count[c];
-      total += chunk_start[c];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-    __syncwarp();
-    int lo = total > 0 ? max(1, (total + grid - 1) / grid) : 1;
-    int hi = max(lo, a.top_k);
-    if (a.copy_rows_per_chunk > 0) {
-      lo = a.copy_rows_per_chunk;
-    } else if (total > 0 && chunks_for(chunk_start, batch, hi) <= grid) {
-      while (lo < hi) {  // chunks_for is non-increasing in the chunk size
-        const int mid = (lo + hi) / 2;
-        if (chunks_for(chunk_start, batch, mid) <= grid) {
-          hi = mid;
-        } else {
-          lo = mid + 1;
-        }
+  if (early && a.copy_rows_per_chunk > 0 && grid >= batch) {
+    // A fixed map from blocks to chunks, so that a block waits for its own row only and needs no
+    // prefix of every row's count: block k takes row k % batch and that row's chunks k / batch,
+    // k / batch + n, ... (n: the row's blocks).
+    const int b = static_cast<int>(blockIdx.x) % batch;
+    const int n = (grid - b + batch - 1) / batch;
+    const int r = a.request_of_row ? a.request_of_row[b] : b;  // read while the resolve runs
+    if (tid == 0) wait_ready(a.plan.ready + b, 1);  // the row's count and tokens are written
+    __syncthreads();
+    const int count = a.plan.fetched && a.plan.fetched[b] ? 0 : a.plan.count[b];
+    const int rows_per = a.copy_rows_per_chunk;
+    for (int c = static_cast<int>(blockIdx.x) / batch; c * rows_per < count; c += n)
+      copy_chunk<W>(a, b, r, c * rows_per, min(rows_per, count - c * rows_per), true);
+  } else {
+    if (tid < 32) {
+      // Chunk size: the smallest that gives at most one chunk per block, so that no block copies
+      // a second chunk after the others are done (at batch 100 a second wave cost up to 2x).
+      int total = 0;
+      for (int c = tid; c < batch; c += 32) {
+        if (early) wait_ready(a.plan.ready + c, 1);  // the row's count and tokens are written
+        chunk_start[c] = a.plan.fetched && a.plan.fetched[c] ? 0 : a.plan.count[c];
+        total += chunk_start[c];
       }
-    }
-    const int rows = lo;
-    int running = 0;
-    for (int c = 0; c < batch; c += 32) {
-      const int n = c + tid < batch ? chunk_start[c + tid] : 0;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
       __syncwarp();
-      const int chunks = (n + rows - 1) / rows;
-      int inclusive = chunks;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
-        if (tid >= o) inclusive += up;
-      }
-      if (c + tid < batch) chunk_start[c + tid] = running + inclusive - chunks;
-      running += __shfl_sync(0xffffffffu, inclusive, 31);
-    }
-    if (tid == 0) {
-      chunk_start[batch] = running;
-      rows_per_chunk = rows;
-    }
-  }
-  __syncthreads();
-  const int total_chunks = chunk_start[batch];
-  const int rows_per = rows_per_chunk;
-  const auto units_per_row = static_cast<unsigned>(a.copy_bytes / W);
-
-  for (int k = static_cast<int>(blockIdx.x); k < total_chunks; k += grid) {
-    int lo = 0, hi = batch;  // chunk_start[lo] <= k < chunk_start[hi]
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (chunk_start[mid] <= k) {
-        lo = mid;
-      } else {
-        hi = mid;
-      }
-    }
-    const int b = lo;
-    const int first_row = (k - chunk_start[b]) * rows_per;
-    const int rows = min(rows_per, a.plan.count[b] - first_row);
-    const int r = a.request_of_row ? a.request_of_row[b] : b;
-    const std::uint8_t* host =
-        a.host_pool.base + static_cast<std::size_t>(r) * a.host_pool.request_stride;
-    std::uint8_t* dst = a.hot_buffer.rows + static_cast<std::size_t>(r) *
-                                                static_cast<std::size_t>(a.hot + 1) *
-                                                a.hot_buffer.row_stride;
-    const std::int32_t* tokens = a.plan.token + static_cast<std::size_t>(b) * a.top_k + first_row;
-    const std::int32_t* slots = a.plan.slot + static_cast<std::size_t>(b) * a.top_k + first_row;
-    const unsigned units = static_cast<unsigned>(rows) * units_per_row;
-    const auto step = static_cast<unsigned>(nt * cfg::kCopyUnroll);
-
-    // Rounds of kCopyUnroll vectors per thread: the host loads of a round are issued before
-    // the slots are read, so with the early hand-off the first round is in flight while the
-    // resolve finishes its LRU walk.
-    Vec v[cfg::kCopyUnroll];
-    auto load = [&](unsigned u0) {
-#pragma unroll
-      for (int j = 0; j < cfg::kCopyUnroll; ++j) {
-        const unsigned u = u0 + static_cast<unsigned>(j * nt);
-        if (u < units) {
-          const unsigned row = u / units_per_row;
-          v[j] = *reinterpret_cast<const Vec*>(
-              host + static_cast<std::size_t>(tokens[row]) * a.host_pool.row_stride +
-              static_cast<std::size_t>(u - row * units_per_row) * W);
+      int lo = total > 0 ? max(1, (total + grid - 1) / grid) : 1;
+      int hi = max(lo, a.top_k);
+      if (a.copy_rows_per_chunk > 0) {
+        lo = a.copy_rows_per_chunk;
+      } else if (total > 0 && chunks_for(chunk_start, batch, hi) <= grid) {
+        while (lo < hi) {  // chunks_for is non-increasing in the chunk size
+          const int mid = (lo + hi) / 2;
+          if (chunks_for(chunk_start, batch, mid) <= grid) {
+            hi = mid;
+          } else {
+            lo = mid + 1;
+          }
         }
       }
-    };
-    auto store = [&](unsigned u0) {
-#pragma unroll
-      for (int j = 0; j < cfg::kCopyUnroll; ++j) {
-        const unsigned u = u0 + static_cast<unsigned>(j * nt);
-        if (u < units) {
-          const unsigned row = u / units_per_row;
-          *reinterpret_cast<Vec*>(dst +
-                                  static_cast<std::size_t>(slots[row]) * a.hot_buffer.row_stride +
-                                  static_cast<std::size_t>(u - row * units_per_row) * W) = v[j];
+      const int rows = lo;
+      int running = 0;
+      for (int c = 0; c < batch; c += 32) {
+        const int n = c + tid < batch ? chunk_start[c + tid] : 0;
+        __syncwarp();
+        const int chunks = (n + rows - 1) / rows;
+        int inclusive = chunks;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
+          if (tid >= o) inclusive += up;
+        }
+        if (c + tid < batch) chunk_start[c + tid] = running + inclusive - chunks;
+        running += __shfl_sync(0xffffffffu, inclusive, 31);
+      }
+      if (tid == 0) {
+        chunk_start[batch] = running;
+        rows_per_chunk = rows;
+      }
+    }
+    __syncthreads();
+    const int total_chunks = chunk_start[batch];
+    const int rows_per = rows_per_chunk;
+
+    for (int k = static_cast<int>(blockIdx.x); k < total_chunks; k += grid) {
+      int lo = 0, hi = batch;  // chunk_start[lo] <= k < chunk_start[hi]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (chunk_start[mid] <= k) {
+          lo = mid;
+        } else {
+          hi = mid;
         }
       }
-    };
-    auto u0 = static_cast<unsigned>(tid);
-    load(u0);
-    if (early) {  // the slots are written once the row reaches 2
-      if (tid == 0) wait_ready(a.plan.ready + b, 2);
-      __syncthreads();
-    }
-    for (; u0 < units; u0 += step) {
-      if (u0 != static_cast<unsigned>(tid)) load(u0);
-      store(u0);
+      const int b = lo;
+      const int first_row = (k - chunk_start[b]) * rows_per;
+      const int rows = min(rows_per, a.plan.count[b] - first_row);
+      copy_chunk<W>(a, b, a.request_of_row ? a.request_of_row[b] : b, first_row, rows, early);
     }
   }
   if (early) {
