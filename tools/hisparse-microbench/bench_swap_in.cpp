@@ -396,28 +396,33 @@ bool register_swap_in() {
         register_case(case_name("swap_in_early", c) + fmt::format("/early:{}", early ? 1 : 0), c);
       }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
-  // (0: one chunk per block; small chunks: many waves, each over a band of requests).
-  // Few misses at batch 64: how much of the call is the copy grid itself (its blocks start,
-  // read the counts and leave).
-  for (int batch : {1, 64, 100})
-    for (double miss : {0.001, 0.01, 0.2, 1.0})
-      for (int sort : {0, 1})
-        for (int per_sm : {1, 2, 4, 8, 16, 24, 32})
-          for (int rows : {0, 2, 4, 8, 16}) {
-            // Batch 1 (one request, 410 or 2048 rows): the grid and the chunk size, ungrouped.
-            if (batch == 1 && (sort != 0 || per_sm == 24)) continue;
-            if (per_sm < 4 && miss >= 0.2 && batch != 1) continue;
-            if (miss < 0.2 && (batch != 64 || sort != 1 || (rows != 2 && rows != 0))) continue;
-            if (rows != 0 && sort == 0 && batch != 1) continue;
-            SwapInCase c{16, batch, 4096, 656, miss};
-            c.sort_misses_from = sort;
-            c.copy_blocks_per_sm = per_sm;
-            c.copy_rows_per_chunk = rows;
-            register_case(
-                case_name("swap_in_tune", c) +
-                    fmt::format("/sort:{}/blocks_per_sm:{}/rows_per_chunk:{}", sort, per_sm, rows),
-                c);
-          }
+  // (0: the size that gives each block at most one chunk; else a fixed size).
+  auto tune = [](int batch, double miss, int sort, int per_sm, int rows) {
+    SwapInCase c{16, batch, 4096, 656, miss};
+    c.sort_misses_from = sort;
+    c.copy_blocks_per_sm = per_sm;
+    c.copy_rows_per_chunk = rows;
+    register_case(case_name("swap_in_tune", c) + fmt::format("/sort:{}/blocks_per_sm:{}/"
+                                                             "rows_per_chunk:{}",
+                                                             sort, per_sm, rows),
+                  c);
+  };
+  // Large batches: grouping, and many small chunks in waves (fixed sizes need the grouped plan).
+  for (int batch : {64, 100})
+    for (double miss : {0.2, 1.0})
+      for (int per_sm : {4, 8, 16, 24, 32}) {
+        tune(batch, miss, 0, per_sm, 0);
+        for (int rows : {0, 2, 4, 8, 16}) tune(batch, miss, 1, per_sm, rows);
+      }
+  // Few misses at batch 64: how much of the call is the copy grid itself (its blocks start, read
+  // the counts and leave).
+  for (double miss : {0.001, 0.01})
+    for (int per_sm : {1, 2, 4, 8, 16, 24, 32})
+      for (int rows : {0, 2}) tune(64, miss, 1, per_sm, rows);
+  // One request (410 or 2048 rows): the grid and the chunk size, ungrouped.
+  for (double miss : {0.2, 1.0})
+    for (int per_sm : {1, 2, 4, 8, 16, 32})
+      for (int rows : {0, 2, 4, 8, 16}) tune(1, miss, 0, per_sm, rows);
   return true;
 }
 
