@@ -325,32 +325,16 @@ void run_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
 }
 #endif
 
-void bench_scan(benchmark::State& state, ScanCase c) {
-  guarded(state, "fathom_scan", [&] {
-#if HISPARSE_WITH_CUDA
-    run_scan(state, c);
-#else
-    (void)c;
-#endif
-  });
+void bench_scan(benchmark::State& state, [[maybe_unused]] ScanCase c) {
+  guarded(state, "fathom_scan", [&] { HISPARSE_GPU_ONLY(run_scan(state, c)); });
 }
-void bench_plan(benchmark::State& state, int batch) {
-  guarded(state, "fathom_plan", [&] {
-#if HISPARSE_WITH_CUDA
-    run_plan(state, batch);
-#else
-    (void)batch;
-#endif
-  });
+void bench_plan(benchmark::State& state, [[maybe_unused]] int batch) {
+  guarded(state, "fathom_plan", [&] { HISPARSE_GPU_ONLY(run_plan(state, batch)); });
 }
-void bench_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
-  guarded(state, "fathom_quantize", [&] {
-#if HISPARSE_WITH_CUDA
-    run_quantize(state, tokens, streams);
-#else
-    (void)tokens, (void)streams;
-#endif
-  });
+void bench_quantize(benchmark::State& state, [[maybe_unused]] std::int64_t tokens,
+                    [[maybe_unused]] int streams) {
+  guarded(state, "fathom_quantize",
+          [&] { HISPARSE_GPU_ONLY(run_quantize(state, tokens, streams)); });
 }
 
 void register_scan(const std::string& name, const ScanCase& c) {

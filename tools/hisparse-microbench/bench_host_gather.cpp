@@ -123,14 +123,8 @@ void run_gather(benchmark::State& state, const GatherCase& c) {
 }
 #endif
 
-void bench_gather(benchmark::State& state, GatherCase c) {
-  guarded(state, "host_gather", [&] {
-#if HISPARSE_WITH_CUDA
-    run_gather(state, c);
-#else
-    (void)c;
-#endif
-  });
+void bench_gather(benchmark::State& state, [[maybe_unused]] GatherCase c) {
+  guarded(state, "host_gather", [&] { HISPARSE_GPU_ONLY(run_gather(state, c)); });
 }
 
 [[maybe_unused]] const bool registered = [] {

@@ -281,14 +281,8 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
 }
 #endif
 
-void bench_swap_in(benchmark::State& state, SwapInCase c) {
-  guarded(state, "swap_in", [&] {
-#if HISPARSE_WITH_CUDA
-    run_swap_in(state, c);
-#else
-    (void)c;
-#endif
-  });
+void bench_swap_in(benchmark::State& state, [[maybe_unused]] SwapInCase c) {
+  guarded(state, "swap_in", [&] { HISPARSE_GPU_ONLY(run_swap_in(state, c)); });
 }
 
 void register_case(const std::string& name, const SwapInCase& c) {

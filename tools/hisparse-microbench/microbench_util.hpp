@@ -37,6 +37,14 @@ void guarded(benchmark::State& state, const char* what, F&& body) {
   }
 }
 
+/// A GPU benchmark's call inside guarded(): the call on CUDA builds; nothing on CPU-only builds,
+/// where the run_* functions do not exist and guarded() skips the case before its body runs.
+#if HISPARSE_WITH_CUDA
+#define HISPARSE_GPU_ONLY(call) call
+#else
+#define HISPARSE_GPU_ONLY(call) ((void)0)
+#endif
+
 /// Iterations per benchmark: HISPARSE_MICROBENCH_ITERS (default 50). Each iteration is one timed
 /// call preceded by an untimed state reset and L2 flush.
 inline int iterations() {
