@@ -287,10 +287,14 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   auto* keys = reinterpret_cast<std::int32_t*>(smem);
   auto* vals = reinterpret_cast<std::uint32_t*>(keys + capacity);
   auto* hit_bits = reinterpret_cast<std::uint32_t*>(smem) + table_words;
-  int* scratch = reinterpret_cast<int*>(hit_bits + words);  // [0, 66) scans, 66 hits, 67 valid
+  // scratch: [0, 66) scans, 66 hits, 67 valid, 68 misses handed over before their numbering
+  int* scratch = reinterpret_cast<int*>(hit_bits + words);
   int* bucket = scratch + kSwapInScratchInts;
   auto* new_lru = reinterpret_cast<std::uint16_t*>(bucket + kSwapInBuckets);
   auto* evict_slot = new_lru + hot;
+  // Direct layout only (swap_in_direct_shared_bytes): the plan entry of the m-th miss when the
+  // tokens were handed over before their numbering.
+  auto* miss_entry = evict_slot + top_k;
   int parity = 0;
 
   if (seq_len <= hot) {  // short sequence: token t in slot t
@@ -351,7 +355,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   if (!fast || sort_from > 0) {
     for (int i = tid; i < kSwapInBuckets; i += nt) bucket[i] = 0;
   }
-  if (tid == 0) scratch[66] = scratch[67] = 0;
+  if (tid == 0) scratch[66] = scratch[67] = scratch[68] = 0;
   __syncthreads();
   phase_stamp<kTimed>(a, 2);
 
@@ -428,8 +432,12 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   const std::uint8_t* host_row0 =
       a.host_pool.base + static_cast<std::size_t>(r) * a.host_pool.request_stride;
   // MissPlan::ready: an ungrouped plan is handed to the copy kernel in two steps, the tokens
-  // (in miss order) as soon as they are numbered and the slots after the LRU walk.
+  // as soon as they are known and the slots after the LRU walk. A row of one tile hands its
+  // tokens over before numbering them, in the order its warps find them (one atomic per warp),
+  // so the copy starts two barriers earlier; the numbering then records each miss's entry.
   const bool early_plan = early && sort_from == 0;
+  const bool hand_over_first = early_plan && top_k <= tile && fast;
+  int my_entry = 0;  // hand_over_first: this thread's first plan entry
   std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
   std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(b) * top_k;
   for (int t0 = 0; t0 < top_k; t0 += tile) {
@@ -451,6 +459,29 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
         count += miss[j] ? 1 : 0;
       }
     }
+    if (hand_over_first) {
+      int inclusive = count;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += up;
+      }
+      int warp_first = 0;
+      if (lane == 31 && inclusive > 0) warp_first = atomicAdd(&scratch[68], inclusive);
+      my_entry = __shfl_sync(0xffffffffu, warp_first, 31) + inclusive - count;
+      int at = my_entry;
+#pragma unroll
+      for (int j = 0; j < kItems; ++j)
+        if (miss[j]) plan_token[at++] = v[j];
+      __syncthreads();
+      const int found = scratch[68];
+      fetch = fetch_rows > 0 && found <= fetch_rows;
+      if (!fetch && tid == 0) {
+        a.plan.count[b] = found;
+        if (a.plan.fetched) a.plan.fetched[b] = 0;
+        publish_ready(a, b, 1);
+      }
+    }
     int total = 0;
     int ordinal = n_miss + block_exclusive_sum(count, scratch, parity, total);
     if (t0 == 0) fetch = fetch_rows > 0 && top_k <= tile && total <= fetch_rows;
@@ -461,13 +492,17 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
                          static_cast<std::uint32_t>(ordinal);
       if (sort_from > 0) atomicAdd(&bucket[v[j] >> shift], 1);
       if (fetch) fetch_token[ordinal] = v[j];
-      if (early_plan && !fetch) plan_token[ordinal] = v[j];
+      if (hand_over_first) {
+        miss_entry[ordinal] = static_cast<std::uint16_t>(my_entry++);
+      } else if (early_plan && !fetch) {
+        plan_token[ordinal] = v[j];
+      }
       ++ordinal;
     }
     n_miss += total;
   }
   if (fetch || early_plan) __syncthreads();  // fetch tokens / plan tokens written
-  if (early_plan && tid == 0) {
+  if (early_plan && (!hand_over_first || fetch) && tid == 0) {
     a.plan.count[b] = n_miss;
     if (a.plan.fetched) a.plan.fetched[b] = fetch ? 1 : 0;
     publish_ready(a, b, 1);
@@ -539,7 +574,8 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   phase_stamp<kTimed>(a, 7);
   if (early_plan) {  // the copy kernel may store this row's gathered rows from here on
     if (!fetch)
-      for (int m = tid; m < n_miss; m += nt) plan_slot[m] = evict_slot[m];
+      for (int m = tid; m < n_miss; m += nt)
+        plan_slot[hand_over_first ? miss_entry[m] : m] = evict_slot[m];
     __syncthreads();
     if (tid == 0) publish_ready(a, b, 2);
   }

@@ -44,8 +44,9 @@ struct HostPoolView {
 
 /// The miss plan the resolve step writes and the copy step consumes (device scratch). Entry m of
 /// a row is one fetched row: (destination slot, token). The twin lists the misses in miss order;
-/// the CUDA resolve may list them grouped by host address instead (sort_misses_from), which
-/// changes the order of the pairs, never the pairs.
+/// the CUDA resolve may list them grouped by host address instead (sort_misses_from), or, with
+/// the early hand-off, in the order its threads found them, which changes the order of the
+/// pairs, never the pairs.
 struct MissPlan {
   std::int32_t* count = nullptr;  ///< [batch] rows to fetch
   std::int32_t* slot = nullptr;   ///< [batch][top_k] destination slot of the m-th entry
@@ -113,9 +114,9 @@ struct SwapInArgs {
   std::uint64_t* phase_stamps = nullptr;
 };
 
-/// Resolve kernel shared memory: block-scan scratch (two ping-pong areas of 33 ints and two
-/// counters) and the buckets that group a row's misses by host address.
-inline constexpr int kSwapInScratchInts = 68;
+/// Resolve kernel shared memory: block-scan scratch (two ping-pong areas of 33 ints and three
+/// counters, padded) and the buckets that group a row's misses by host address.
+inline constexpr int kSwapInScratchInts = 72;
 inline constexpr int kLog2SwapInBuckets = 9;
 inline constexpr int kSwapInBuckets = 1 << kLog2SwapInBuckets;
 

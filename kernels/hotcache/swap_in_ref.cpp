@@ -30,7 +30,9 @@ std::size_t swap_in_shared_bytes(int top_k, int hot) noexcept {
 std::size_t swap_in_direct_shared_bytes(int top_k, int hot) noexcept {
   const auto hash_area = 8 * static_cast<std::size_t>(swap_in_hash_capacity(top_k));
   const auto direct_area = 4 * static_cast<std::size_t>(swap_in_config::kResolveDirectTokens);
-  return swap_in_shared_bytes(top_k, hot) - hash_area + std::max(hash_area, direct_area);
+  // Plus the plan entry of each miss (uint16) when the early hand-off lists tokens first.
+  const auto entries = (2 * static_cast<std::size_t>(top_k) + 15) / 16 * 16;
+  return swap_in_shared_bytes(top_k, hot) - hash_area + std::max(hash_area, direct_area) + entries;
 }
 
 const char* swap_in_phase_name(int k) noexcept {

@@ -254,7 +254,8 @@ class Harness {
     ASSERT_EQ(download(d_out_), out_) << ctx;
     ASSERT_EQ(download(d_stats_), stats_) << ctx;
     ASSERT_EQ(download(d_count_), count_) << ctx;
-    // The plan's (slot, token) pairs must match; the kernel may list them grouped by host address.
+    // The plan's (slot, token) pairs must match; the kernel may list them grouped by host address
+    // or, with the early hand-off, in the order its warps found them.
     const auto slot = download(d_plan_slot_), token = download(d_plan_token_);
     for (int b = 0; b < s_.batch; ++b) {
       std::vector<std::pair<std::int32_t, std::int32_t>> gpu, cpu;
@@ -263,7 +264,7 @@ class Harness {
         gpu.emplace_back(token[i], slot[i]);
         cpu.emplace_back(plan_token_[i], plan_slot_[i]);
       }
-      if (s_.sort_misses_from != 0) {
+      if (s_.sort_misses_from != 0 || s_.early_handoff) {
         std::sort(gpu.begin(), gpu.end());
         std::sort(cpu.begin(), cpu.end());
       }

@@ -315,17 +315,21 @@ TEST(HotcacheSwapInRef, SharedMemoryFootprintMatchesTheKnownDesignPoints) {
   EXPECT_LE(swap_in_shared_bytes(8192, 32768), 227u * 1024);
 }
 
-TEST(HotcacheSwapInRef, DirectPathWidensOnlyTheSelectionTable) {
-  // 32768 tokens x 4 B replace the 4096-entry hash (32 KB) at the benchmark's design point; the
-  // rest of the layout is unchanged, and it stays under the sm_90 opt-in limit.
+TEST(HotcacheSwapInRef, DirectPathWidensTheSelectionTableAndAddsThePlanEntries) {
+  // 32768 tokens x 4 B replace the 4096-entry hash (32 KB) at the benchmark's design point, and
+  // 2 B per selection entry hold each miss's plan entry (the early hand-off lists tokens before
+  // numbering them); the rest of the layout is unchanged, and it stays under the sm_90 opt-in
+  // limit.
   EXPECT_EQ(swap_in_config::kResolveDirectTokens, 32768);
   EXPECT_EQ(swap_in_direct_shared_bytes(2048, 4096) - swap_in_shared_bytes(2048, 4096),
-            131072u - 32768u);
+            131072u - 32768u + 2u * 2048u);
   EXPECT_LE(swap_in_direct_shared_bytes(2048, 8192),
             static_cast<std::size_t>(swap_in_config::kMaxResolveSharedBytes));
-  // A hash at least as large as the direct table (16384 entries x 8 B): nothing changes.
-  EXPECT_EQ(swap_in_direct_shared_bytes(8192, 32768), swap_in_shared_bytes(8192, 32768));
-  EXPECT_EQ(swap_in_direct_shared_bytes(16384, 16384), swap_in_shared_bytes(16384, 16384));
+  // A hash at least as large as the direct table (16384 entries x 8 B): only the entries.
+  EXPECT_EQ(swap_in_direct_shared_bytes(8192, 32768) - swap_in_shared_bytes(8192, 32768),
+            2u * 8192u);
+  EXPECT_EQ(swap_in_direct_shared_bytes(16384, 16384) - swap_in_shared_bytes(16384, 16384),
+            2u * 16384u);
   EXPECT_STREQ(swap_in_phase_name(3), "build");
   EXPECT_STREQ(swap_in_phase_name(kSwapInPhaseStamps - 1), "commit");
   EXPECT_STREQ(swap_in_phase_name(kSwapInPhaseStamps), "?");
