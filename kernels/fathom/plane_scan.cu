@@ -11,6 +11,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "kernels/common/block_scan.cuh"
 #include "kernels/fathom/depth_plan_warp.cuh"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
@@ -23,45 +24,23 @@ std::int64_t align16(std::int64_t x) {
   return (x + 15) / 16 * 16;
 }
 
-// Block-wide exclusive prefix sum of `value` (THREADS a multiple of 32, <= 1024). `warp_totals`
-// holds 32 ints of shared memory. Returns the prefix; *total gets the block's sum.
-template <int THREADS>
-__device__ int block_exclusive_sum(int value, int* warp_totals, int* total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int inclusive = value;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= offset) inclusive += v;
-  }
-  if (lane == 31) warp_totals[warp] = inclusive;
-  __syncthreads();
-  int before = 0, sum = 0;
-#pragma unroll
-  for (int w = 0; w < THREADS / 32; ++w) {
-    const int v = warp_totals[w];
-    before += w < warp ? v : 0;
-    sum += v;
-  }
-  __syncthreads();  // warp_totals may be reused right after
-  *total = sum;
-  return before + inclusive - value;
-}
-template <int THREADS>
-__device__ int block_exclusive_count(bool flag, int* warp_totals, int* total) {
-  return block_exclusive_sum<THREADS>(flag ? 1 : 0, warp_totals, total);
-}
+// Shared scratch (ScanSharedPlan::scratch, FinalizeSmem::scratch: 128 ints) of the selection
+// helpers: ints [0, 2) compact_top's digit search, [2, 4) its prefix, [4, 6) the merge kernel's
+// threshold, then a BlockScan.
+constexpr int kScratchPrefix = 2, kScratchThreshold = 4, kScratchScan = 8;
+static_assert(kScratchScan + kBlockScanScratchInts <= 128);
 
 // Keeps the `keep` largest of the `*count` unique keys in buf (ordered in-place compaction after an
 // MSB radix select of up to 8 passes, stopping at the first digit whose keys are all kept);
-// returns a threshold: every kept key is >= it and every dropped key below it. All threads of the block must call it.
+// returns a threshold: every kept key is >= it and every dropped key below it. All threads of the
+// block must call it.
 template <int THREADS>
 __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, int* hist,
                                      int* scratch) {
   const int n = *count;
   std::uint64_t prefix = 0, mask = 0;
   int remaining = keep;
-  auto* shared_u64 = reinterpret_cast<std::uint64_t*>(scratch + 32);
+  auto* shared_u64 = reinterpret_cast<std::uint64_t*>(scratch + kScratchPrefix);
   for (int pass = 0; pass < 8; ++pass) {
     const int shift = 56 - 8 * pass;
     for (int i = threadIdx.x; i < 256; i += THREADS) hist[i] = 0;
@@ -76,12 +55,7 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
       int mine = 0;
 #pragma unroll
       for (int i = 0; i < 8; ++i) mine += hist[top - i];
-      int inclusive = mine;
-#pragma unroll
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset) inclusive += v;
-      }
+      const int inclusive = warp_inclusive_sum(mine, lane);
       const int before = inclusive - mine;
       const bool here = before < remaining && inclusive >= remaining;
       const int total = __shfl_sync(0xffffffffu, inclusive, 31);
@@ -115,16 +89,18 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
     if (whole_digit) break;
   }
   const std::uint64_t kth = prefix;
+  BlockScan scan(scratch + kScratchScan);
   int out = 0;
   for (int base = 0; base < n; base += THREADS) {
     const int i = base + threadIdx.x;
     const std::uint64_t key = i < n ? buf[i] : 0;
     const bool flag = i < n && key >= kth;
     int total = 0;
-    const int pos = block_exclusive_count<THREADS>(flag, scratch + 2, &total);  // syncs: reads done
+    // The scan's barriers order this round's reads before its writes, and every write lands
+    // below `base + THREADS`, where the next round starts reading: no barrier of its own.
+    const int pos = scan.exclusive_count(flag, total);
     if (flag) buf[out + pos] = key;
     out += total;
-    __syncthreads();
   }
   if (threadIdx.x == 0) *count = out;
   __syncthreads();
@@ -642,7 +618,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   int* counts = reinterpret_cast<int*>(smem + m.counts);
   int* hist = reinterpret_cast<int*>(smem + m.hist);
   int* scratch = reinterpret_cast<int*>(smem + m.scratch);
-  auto* thr_shared = reinterpret_cast<std::uint64_t*>(scratch + 48);
+  auto* thr_shared = reinterpret_cast<std::uint64_t*>(scratch + kScratchThreshold);
   const int s = blockIdx.x, tid = threadIdx.x;
   const std::int64_t n = a.lengths[s];
   const std::int64_t first_eligible = n < a.sinks ? n : a.sinks;
@@ -711,7 +687,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
     int mine = 0;
     for (int w = w0; w < w1; ++w) mine += __popc(bits[w]);
     int total = 0;
-    int at = block_exclusive_sum<kFinalizeThreads>(mine, scratch + 2, &total);
+    int at = BlockScan(scratch + kScratchScan).exclusive_sum(mine, total);
     for (int w = w0; w < w1; ++w)
       for (std::uint32_t b = bits[w]; b != 0; b &= b - 1) out[at++] = 32 * w + __ffs(b) - 1;
     if (tid == 0) a.selected_count[s] = total;
@@ -735,12 +711,13 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       __syncthreads();
     }
   }
+  BlockScan scan(scratch + kScratchScan);
   int written = 0;
   for (int base = 0; base < used; base += kFinalizeThreads) {
     const int i = base + tid;
     const bool flag = i < used && (i == 0 || positions[i] != positions[i - 1]);
     int total = 0;
-    const int pos = block_exclusive_count<kFinalizeThreads>(flag, scratch + 2, &total);
+    const int pos = scan.exclusive_count(flag, total);
     if (flag) out[written + pos] = positions[i];
     written += total;
   }

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.hpp"
+#include "kernels/common/block_scan.cuh"
 #include "kernels/hotcache/swap_in.hpp"
 #include "kernels/hotcache/swap_in_config.hpp"
 
@@ -103,40 +104,6 @@ __device__ __forceinline__ void wait_ready(const std::int32_t* flag, int stage) 
     if (v >= stage) return;
     __nanosleep(100);
   }
-}
-
-// Exclusive prefix sum of `value` over the block (every thread calls it); `total` gets the sum.
-// `scratch` holds two areas of 33 ints used in turn (`parity` counts the calls), so back-to-back
-// calls need no extra barrier: an area is rewritten only after two more barriers.
-__device__ __forceinline__ int block_exclusive_sum(int value, int* scratch, int& parity,
-                                                   int& total) {
-  int* area = scratch + 33 * (parity & 1);
-  ++parity;
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  int inclusive = value;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += up;
-  }
-  if (lane == 31) area[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    const int w = lane < warps ? area[lane] : 0;
-    int w_inclusive = w;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int up = __shfl_up_sync(0xffffffffu, w_inclusive, o);
-      if (lane >= o) w_inclusive += up;
-    }
-    area[lane] = w_inclusive - w;
-    if (lane == 31) area[32] = w_inclusive;
-  }
-  __syncthreads();
-  total = area[32];
-  return area[warp] + inclusive - value;
 }
 
 // Adds each thread's `value` to a shared counter (one atomic per warp; all lanes must call it).
@@ -287,7 +254,8 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   auto* keys = reinterpret_cast<std::int32_t*>(smem);
   auto* vals = reinterpret_cast<std::uint32_t*>(keys + capacity);
   auto* hit_bits = reinterpret_cast<std::uint32_t*>(smem) + table_words;
-  // scratch: [0, 66) scans, 66 hits, 67 valid, 68 misses handed over before their numbering
+  // scratch: [0, 66) the BlockScan, 66 hits, 67 valid, 68 misses handed over before numbering
+  static_assert(kSwapInScratchInts >= kBlockScanScratchInts + 3);
   int* scratch = reinterpret_cast<int*>(hit_bits + words);
   int* bucket = scratch + kSwapInScratchInts;
   auto* new_lru = reinterpret_cast<std::uint16_t*>(bucket + kSwapInBuckets);
@@ -295,7 +263,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   // Direct layout only (swap_in_direct_shared_bytes): the plan entry of the m-th miss when the
   // tokens were handed over before their numbering.
   auto* miss_entry = evict_slot + top_k;
-  int parity = 0;
+  BlockScan scan(scratch);
 
   if (seq_len <= hot) {  // short sequence: token t in slot t
     int my_valid = 0;
@@ -312,7 +280,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       store_items(out, t0 + mine, top_k, rows_out);
     }
     int valid = 0;
-    block_exclusive_sum(my_valid, scratch, parity, valid);
+    scan.exclusive_sum(my_valid, valid);
     if (tid == 0) {
       write_row_stats(a, b, valid, 0);
       if (early) publish_ready(a, b, 2);
@@ -460,12 +428,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       }
     }
     if (hand_over_first) {
-      int inclusive = count;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
-        if (lane >= o) inclusive += up;
-      }
+      const int inclusive = warp_inclusive_sum(count, lane);
       int warp_first = 0;
       if (lane == 31 && inclusive > 0) warp_first = atomicAdd(&scratch[68], inclusive);
       my_entry = __shfl_sync(0xffffffffu, warp_first, 31) + inclusive - count;
@@ -483,7 +446,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       }
     }
     int total = 0;
-    int ordinal = n_miss + block_exclusive_sum(count, scratch, parity, total);
+    int ordinal = n_miss + scan.exclusive_sum(count, total);
     if (t0 == 0) fetch = fetch_rows > 0 && top_k <= tile && total <= fetch_rows;
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
@@ -540,7 +503,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       count += evictable[j] ? 1 : 0;
     }
     int total = 0;
-    int e = evictable_before + block_exclusive_sum(count, scratch, parity, total);
+    int e = evictable_before + scan.exclusive_sum(count, total);
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int p = t0 + mine + j;
@@ -567,7 +530,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   if (grouped) {
     int total = 0;
     const int c = tid < kSwapInBuckets ? bucket[tid] : 0;
-    const int first = block_exclusive_sum(c, scratch, parity, total);
+    const int first = scan.exclusive_sum(c, total);
     if (tid < kSwapInBuckets) bucket[tid] = first;
   }
   __syncthreads();
@@ -742,6 +705,97 @@ __device__ __forceinline__ void copy_chunk(const SwapInArgs& a, int b, int r, in
   }
 }
 
+// Copy blocks with the early hand-off, one block per row at least: a fixed map from blocks to
+// chunks, so that a block waits for its own row only and needs no prefix of every row's count.
+// Block k takes row k % batch and that row's chunks k / batch, k / batch + n, ... (n: the row's
+// blocks).
+template <int W>
+__device__ __forceinline__ void copy_fixed_map(const SwapInArgs& a) {
+  const int batch = a.batch;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int grid = static_cast<int>(gridDim.x);
+  const int b = static_cast<int>(blockIdx.x) % batch;
+  const int n = (grid - b + batch - 1) / batch;
+  const int r = a.request_of_row ? a.request_of_row[b] : b;  // read while the resolve runs
+  if (tid == 0) wait_ready(a.plan.ready + b, 1);  // the row's count and tokens are written
+  __syncthreads();
+  const int count = a.plan.fetched && a.plan.fetched[b] ? 0 : a.plan.count[b];
+  const int rows_per = a.copy_rows_per_chunk;
+  for (int c = static_cast<int>(blockIdx.x) / batch; c * rows_per < count; c += n)
+    copy_chunk<W>(a, b, r, c * rows_per, min(rows_per, count - c * rows_per), true);
+}
+
+// Copy blocks otherwise: every block reads every row's count, numbers the chunks of all rows
+// (a prefix over the rows) and takes chunks blockIdx.x, blockIdx.x + grid, ...
+template <int W>
+__device__ __forceinline__ void copy_numbered_chunks(const SwapInArgs& a, bool early,
+                                                     int* chunk_start) {
+  __shared__ int rows_per_chunk;
+  const int batch = a.batch;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int grid = static_cast<int>(gridDim.x);
+  if (tid < 32) {
+    // Chunk size: the smallest that gives at most one chunk per block, so that no block copies
+    // a second chunk after the others are done (at batch 100 a second wave cost up to 2x).
+    int total = 0;
+    for (int c = tid; c < batch; c += 32) {
+      if (early) wait_ready(a.plan.ready + c, 1);  // the row's count and tokens are written
+      chunk_start[c] = a.plan.fetched && a.plan.fetched[c] ? 0 : a.plan.count[c];
+      total += chunk_start[c];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+    __syncwarp();
+    int lo = total > 0 ? max(1, (total + grid - 1) / grid) : 1;
+    int hi = max(lo, a.top_k);
+    if (a.copy_rows_per_chunk > 0) {
+      lo = a.copy_rows_per_chunk;
+    } else if (total > 0 && chunks_for(chunk_start, batch, hi) <= grid) {
+      while (lo < hi) {  // chunks_for is non-increasing in the chunk size
+        const int mid = (lo + hi) / 2;
+        if (chunks_for(chunk_start, batch, mid) <= grid) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+    }
+    const int rows = lo;
+    int running = 0;
+    for (int c = 0; c < batch; c += 32) {
+      const int n = c + tid < batch ? chunk_start[c + tid] : 0;
+      __syncwarp();
+      const int chunks = (n + rows - 1) / rows;
+      const int inclusive = warp_inclusive_sum(chunks, tid);
+      if (c + tid < batch) chunk_start[c + tid] = running + inclusive - chunks;
+      running += __shfl_sync(0xffffffffu, inclusive, 31);
+    }
+    if (tid == 0) {
+      chunk_start[batch] = running;
+      rows_per_chunk = rows;
+    }
+  }
+  __syncthreads();
+  const int total_chunks = chunk_start[batch];
+  const int rows_per = rows_per_chunk;
+
+  for (int k = static_cast<int>(blockIdx.x); k < total_chunks; k += grid) {
+    int lo = 0, hi = batch;  // chunk_start[lo] <= k < chunk_start[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (chunk_start[mid] <= k) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    const int b = lo;
+    const int first_row = (k - chunk_start[b]) * rows_per;
+    const int rows = min(rows_per, a.plan.count[b] - first_row);
+    copy_chunk<W>(a, b, a.request_of_row ? a.request_of_row[b] : b, first_row, rows, early);
+  }
+}
+
 template <int W>
 __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
     swap_in_copy(SwapInArgs a, bool early) {
@@ -751,89 +805,13 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
   if (!early) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   extern __shared__ int chunk_start[];  // [batch + 1]; first the counts
-  __shared__ int rows_per_chunk;
   const int batch = a.batch;
   const int tid = static_cast<int>(threadIdx.x);
   const int grid = static_cast<int>(gridDim.x);
-
   if (early && a.copy_rows_per_chunk > 0 && grid >= batch) {
-    // A fixed map from blocks to chunks, so that a block waits for its own row only and needs no
-    // prefix of every row's count: block k takes row k % batch and that row's chunks k / batch,
-    // k / batch + n, ... (n: the row's blocks).
-    const int b = static_cast<int>(blockIdx.x) % batch;
-    const int n = (grid - b + batch - 1) / batch;
-    const int r = a.request_of_row ? a.request_of_row[b] : b;  // read while the resolve runs
-    if (tid == 0) wait_ready(a.plan.ready + b, 1);  // the row's count and tokens are written
-    __syncthreads();
-    const int count = a.plan.fetched && a.plan.fetched[b] ? 0 : a.plan.count[b];
-    const int rows_per = a.copy_rows_per_chunk;
-    for (int c = static_cast<int>(blockIdx.x) / batch; c * rows_per < count; c += n)
-      copy_chunk<W>(a, b, r, c * rows_per, min(rows_per, count - c * rows_per), true);
+    copy_fixed_map<W>(a);
   } else {
-    if (tid < 32) {
-      // Chunk size: the smallest that gives at most one chunk per block, so that no block copies
-      // a second chunk after the others are done (at batch 100 a second wave cost up to 2x).
-      int total = 0;
-      for (int c = tid; c < batch; c += 32) {
-        if (early) wait_ready(a.plan.ready + c, 1);  // the row's count and tokens are written
-        chunk_start[c] = a.plan.fetched && a.plan.fetched[c] ? 0 : a.plan.count[c];
-        total += chunk_start[c];
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-      __syncwarp();
-      int lo = total > 0 ? max(1, (total + grid - 1) / grid) : 1;
-      int hi = max(lo, a.top_k);
-      if (a.copy_rows_per_chunk > 0) {
-        lo = a.copy_rows_per_chunk;
-      } else if (total > 0 && chunks_for(chunk_start, batch, hi) <= grid) {
-        while (lo < hi) {  // chunks_for is non-increasing in the chunk size
-          const int mid = (lo + hi) / 2;
-          if (chunks_for(chunk_start, batch, mid) <= grid) {
-            hi = mid;
-          } else {
-            lo = mid + 1;
-          }
-        }
-      }
-      const int rows = lo;
-      int running = 0;
-      for (int c = 0; c < batch; c += 32) {
-        const int n = c + tid < batch ? chunk_start[c + tid] : 0;
-        __syncwarp();
-        const int chunks = (n + rows - 1) / rows;
-        int inclusive = chunks;
-        for (int o = 1; o < 32; o <<= 1) {
-          const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
-          if (tid >= o) inclusive += up;
-        }
-        if (c + tid < batch) chunk_start[c + tid] = running + inclusive - chunks;
-        running += __shfl_sync(0xffffffffu, inclusive, 31);
-      }
-      if (tid == 0) {
-        chunk_start[batch] = running;
-        rows_per_chunk = rows;
-      }
-    }
-    __syncthreads();
-    const int total_chunks = chunk_start[batch];
-    const int rows_per = rows_per_chunk;
-
-    for (int k = static_cast<int>(blockIdx.x); k < total_chunks; k += grid) {
-      int lo = 0, hi = batch;  // chunk_start[lo] <= k < chunk_start[hi]
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (chunk_start[mid] <= k) {
-          lo = mid;
-        } else {
-          hi = mid;
-        }
-      }
-      const int b = lo;
-      const int first_row = (k - chunk_start[b]) * rows_per;
-      const int rows = min(rows_per, a.plan.count[b] - first_row);
-      copy_chunk<W>(a, b, a.request_of_row ? a.request_of_row[b] : b, first_row, rows, early);
-    }
+    copy_numbered_chunks<W>(a, early, chunk_start);
   }
   if (early) {
     // The last block to finish waits until every row has published its slots (so no flag can
