@@ -338,10 +338,7 @@ void bench_quantize(benchmark::State& state, [[maybe_unused]] std::int64_t token
 }
 
 void register_scan(const std::string& name, const ScanCase& c) {
-  benchmark::RegisterBenchmark(name.c_str(), bench_scan, c)
-      ->UseManualTime()
-      ->Unit(benchmark::kMicrosecond)
-      ->Iterations(iterations());
+  register_timed(name, bench_scan, c);
 }
 const char* kind_name(kf::PlaneLayoutKind kind) {
   return kind == kf::PlaneLayoutKind::hbm ? "hbm" : "host";
@@ -409,18 +406,10 @@ bool register_fathom() {
           fmt::format("fathom_scan_plan/{}/hbm/budget:48/context:{}/batch:8", name, context), c);
     }
   for (int batch : {1, 8, 32})
-    benchmark::RegisterBenchmark(fmt::format("fathom_plan/batch:{}", batch).c_str(), bench_plan,
-                                 batch)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond)
-        ->Iterations(iterations());
+    register_timed(fmt::format("fathom_plan/batch:{}", batch), bench_plan, batch);
   for (auto [tokens, streams] : {std::pair<std::int64_t, int>{65536, 8}, {64, 64}, {64, 256}})
-    benchmark::RegisterBenchmark(
-        fmt::format("fathom_quantize/tokens:{}/streams:{}", tokens, streams).c_str(),
-        bench_quantize, tokens, streams)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond)
-        ->Iterations(iterations());
+    register_timed(fmt::format("fathom_quantize/tokens:{}/streams:{}", tokens, streams),
+                   bench_quantize, tokens, streams);
   return true;
 }
 

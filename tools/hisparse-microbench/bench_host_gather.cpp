@@ -138,15 +138,11 @@ void bench_gather(benchmark::State& state, [[maybe_unused]] GatherCase c) {
         for (const auto pattern : {Pattern::scattered, Pattern::one_request, Pattern::contiguous})
           for (const int per_sm : {0, 8, 32}) {
             const GatherCase c{method, row, stride, pattern, per_sm};
-            benchmark::RegisterBenchmark(
+            register_timed(
                 fmt::format("host_gather/method:{}/row:{}/stride:{}/pattern:{}/blocks_per_sm:{}",
                             kernels::host_read_method_name(method), row, stride,
-                            pattern_name(pattern), per_sm)
-                    .c_str(),
-                bench_gather, c)
-                ->UseManualTime()
-                ->Iterations(iterations())
-                ->Unit(benchmark::kMicrosecond);
+                            pattern_name(pattern), per_sm),
+                bench_gather, c);
           }
     }
   return true;

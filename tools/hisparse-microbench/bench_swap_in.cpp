@@ -286,10 +286,7 @@ void bench_swap_in(benchmark::State& state, [[maybe_unused]] SwapInCase c) {
 }
 
 void register_case(const std::string& name, const SwapInCase& c) {
-  benchmark::RegisterBenchmark(name.c_str(), bench_swap_in, c)
-      ->UseManualTime()
-      ->Unit(benchmark::kMicrosecond)
-      ->Iterations(iterations());
+  register_timed(name, bench_swap_in, c);
 }
 
 std::string case_name(const char* family, const SwapInCase& c) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "bench/ceilings.hpp"
 #include "core/cuda_check.hpp"
@@ -51,6 +52,16 @@ inline int iterations() {
   const char* env = std::getenv("HISPARSE_MICROBENCH_ITERS");
   const int n = env ? std::atoi(env) : 0;
   return n > 0 ? n : 50;
+}
+
+/// Registers a case timed by the GPU (manual time from CUDA events), reported in microseconds,
+/// with iterations() iterations. `args` are RegisterBenchmark's: the function, then its extras.
+template <class... Args>
+auto* register_timed(const std::string& name, Args&&... args) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::forward<Args>(args)...)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(iterations());
 }
 
 #if HISPARSE_WITH_CUDA
