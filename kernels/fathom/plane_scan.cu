@@ -81,25 +81,37 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
       }
     }
     __syncthreads();
+    // No barrier after these reads: the next pass writes them only after two more barriers, and
+    // it clears `hist` after warp 0 has read it (before the barrier above).
     prefix = shared_u64[0];
     remaining = scratch[0];
     const bool whole_digit = scratch[1] != 0;
     mask |= std::uint64_t{255} << shift;
-    __syncthreads();
     if (whole_digit) break;
   }
   const std::uint64_t kth = prefix;
+  // Compaction, kCompactPerThread keys per thread and round (one block scan per round). The
+  // scan's barriers order a round's reads before its writes, and every write lands below the
+  // next round's first key: no barrier of its own. The kept keys keep no particular order.
+  constexpr int kCompactPerThread = 4;
   BlockScan scan(scratch + kScratchScan);
   int out = 0;
-  for (int base = 0; base < n; base += THREADS) {
-    const int i = base + threadIdx.x;
-    const std::uint64_t key = i < n ? buf[i] : 0;
-    const bool flag = i < n && key >= kth;
+  for (int base = 0; base < n; base += kCompactPerThread * THREADS) {
+    std::uint64_t keys[kCompactPerThread];
+    int mine = 0;
+#pragma unroll
+    for (int j = 0; j < kCompactPerThread; ++j) {
+      const int i = base + j * THREADS + static_cast<int>(threadIdx.x);
+      keys[j] = i < n ? buf[i] : 0;
+      mine += i < n && keys[j] >= kth ? 1 : 0;
+    }
     int total = 0;
-    // The scan's barriers order this round's reads before its writes, and every write lands
-    // below `base + THREADS`, where the next round starts reading: no barrier of its own.
-    const int pos = scan.exclusive_count(flag, total);
-    if (flag) buf[out + pos] = key;
+    int at = out + scan.exclusive_sum(mine, total);
+#pragma unroll
+    for (int j = 0; j < kCompactPerThread; ++j) {
+      const int i = base + j * THREADS + static_cast<int>(threadIdx.x);
+      if (i < n && keys[j] >= kth) buf[at++] = keys[j];
+    }
     out += total;
   }
   if (threadIdx.x == 0) *count = out;
@@ -333,8 +345,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto prep = [&](int tile, int st) {
     const std::uint16_t* sc = scales_s + st * (m.scales_stage / 2);
     const int blocks_here = nb - tile * tb;  // blocks of the tile that hold tokens (may be > tb)
-    // slots_read x tb is a multiple of 256: every lane of a warp takes part in each pass.
-    for (int i = tid; i < slots_read * tb; i += THREADS) {
+    // Live slots only (a padding slot's codes are 0, so its multiplier is never used), rounded up
+    // to whole warps: every lane of a warp takes part in each pass's shuffles.
+    const int items = (n_slots * tb + 31) & ~31;
+    for (int i = tid; i < items; i += THREADS) {
       const int sl = i >> tb_log2, w = i & (tb - 1);
       const float sv = sl < n_slots && w < blocks_here ? scale_value(sc[sl * tb + w]) : 0.0f;
       float gm = group_scale_max(0.0f, sv);
