@@ -16,6 +16,7 @@
 #include "model/decode_engine.hpp"
 #include "model/engine_fathom_index.hpp"
 #include "support/engine_outputs.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse {
 namespace {
@@ -209,13 +210,8 @@ TEST(EngineFathomKlt, DecodeRunsWithTheKltBasis) {
 }
 
 TEST(EngineFathom, ConfigurationErrorsNameTheFix) {
-  auto error_of = [](const std::string& model, const EngineConfig& c) -> std::string {
-    try {
-      DecodeEngine e(load_model(model), c);
-    } catch (const Error& err) {
-      return err.what();
-    }
-    return {};
+  auto error_of = [](const std::string& model, const EngineConfig& c) {
+    return test::error_message([&] { DecodeEngine e(load_model(model), c); });
   };
   EXPECT_EQ(error_of("tiny-gqa", config(Mode::hisparse_fathom, 48, 128)),
             "hot_buffer: hot_buffer 128 cannot hold one Fathom selection of up to 148 rows (4 "

@@ -10,6 +10,7 @@
 #include "fathom/plane_store.hpp"
 #include "kernels/fathom/plane_scan.hpp"
 #include "kernels/fathom/quantize_pack.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -121,15 +122,9 @@ TEST(FathomQuantize, AppendErrorsNameTheProblem) {
   PlaneStore store(Backend::cpu, PlaneLayoutKind::hbm, 2, 8, 100);
   std::vector<std::uint16_t> keys(8 * 2000);
   EXPECT_EQ(store.capacity_tokens(), 1024);  // rounded up to one superblock
-  try {
-    store.append(0, 2, keys.data(), 8, 0, 1025);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "fathom plane store: appending 1025 tokens to 0 exceeds the capacity of 1024 tokens; "
-        "create the store with a larger capacity");
-  }
+  EXPECT_EQ(test::error_message([&] { store.append(0, 2, keys.data(), 8, 0, 1025); }),
+            "fathom plane store: appending 1025 tokens to 0 exceeds the capacity of 1024 tokens; "
+            "create the store with a larger capacity");
   store.append(0, 1, keys.data(), 8, 0, 3);
   EXPECT_THROW(store.append(0, 2, keys.data(), 8, 0, 1), Error);  // unequal lengths
 }

@@ -13,6 +13,7 @@
 #include "fathom/depth_planner.hpp"
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/depth_search.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -89,15 +90,10 @@ TEST(FathomPlanner, BadBudgetIsNamed) {
   a.channels = 8;
   a.budget = 33;
   a.depths = d.data();
-  try {
-    planner.plan(a);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "fathom planner: budget_bits: budget 33 plane bits is outside 0..32 for head_dim 8; use a "
-        "budget such as 40, 48, 64, 80 or 128");
-  }
+  EXPECT_EQ(
+      test::error_message([&] { planner.plan(a); }),
+      "fathom planner: budget_bits: budget 33 plane bits is outside 0..32 for head_dim 8; use a "
+      "budget such as 40, 48, 64, 80 or 128");
 }
 
 TEST(FathomPlanner, ComparisonMethodsAndCosts) {

@@ -24,6 +24,7 @@
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
 #include "kernels/fathom/plane_stage.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -479,15 +480,10 @@ TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
   a.layout.channels = 128;
   a.heads = 8;
   a.keep = 4000;
-  try {
-    (void)kf::plan_scan_workspace(a, 48, 132);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "fathom scan: top_k: 8 query heads x keep 4000 need 336 KB of shared memory for "
-                 "the fused selection at plane budget 48, more than 200 KB; lower top_k or the "
-                 "plane budget");
-  }
+  EXPECT_EQ(test::error_message([&] { (void)kf::plan_scan_workspace(a, 48, 132); }),
+            "fathom scan: top_k: 8 query heads x keep 4000 need 336 KB of shared memory for "
+            "the fused selection at plane budget 48, more than 200 KB; lower top_k or the "
+            "plane budget");
   a.heads = 4;
   a.keep = 476;
   const auto ws = kf::plan_scan_workspace(a, 48, 132);
@@ -505,14 +501,9 @@ TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
   const auto big = kf::plan_scan_shared(a, 128, 16);
   EXPECT_EQ(big.cap, 2012 + 2 * 512);
   // Tiles hold whole scale groups of 16 blocks.
-  try {
-    (void)kf::plan_scan_shared(a, 48, 8);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "fathom scan: workspace: tile of 8 blocks; use a multiple of 16 blocks "
-                 "(plan_scan_workspace)");
-  }
+  EXPECT_EQ(test::error_message([&] { (void)kf::plan_scan_shared(a, 48, 8); }),
+            "fathom scan: workspace: tile of 8 blocks; use a multiple of 16 blocks "
+            "(plan_scan_workspace)");
   EXPECT_GT(big.total, 110 * 1024);
 }
 
@@ -593,14 +584,11 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(shared.staging.parts, 2);
   EXPECT_EQ(shared.staging.rounds_per_copy, 4);
   EXPECT_EQ(ws.staging.rounds_per_copy, kf::kStageRoundsPerCopy);
-  try {
-    (void)kf::plan_scan_workspace(a, 48, 132, 0, {true, -1, 0});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "fathom scan: staging: -1 copy blocks, 0 rounds per copy; use 0 (the default) or "
-                 "a positive count");
-  }
+  EXPECT_EQ(test::error_message([&] {
+              (void)kf::plan_scan_workspace(a, 48, 132, 0, {true, -1, 0});
+            }),
+            "fathom scan: staging: -1 copy blocks, 0 rounds per copy; use 0 (the default) or "
+            "a positive count");
   // A budget above every plane (head_dim 40 x 4) stages every unit; slots stop at head_dim.
   a.layout.kind = kf::PlaneLayoutKind::host;
   a.layout.channels = 40;
@@ -653,14 +641,9 @@ TEST(FathomScanTwin, UnknownVariantIsRejectedWithTheValidRange) {
   a.layout.channels = 128;
   a.heads = 4;
   a.keep = 476;
-  try {
-    (void)kf::plan_scan_workspace(a, 48, 132, 3);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "fathom scan: variant: scan variant 3 does not exist; use 0..2 (kScanVariants in "
-                 "plane_scan_config.hpp)");
-  }
+  EXPECT_EQ(test::error_message([&] { (void)kf::plan_scan_workspace(a, 48, 132, 3); }),
+            "fathom scan: variant: scan variant 3 does not exist; use 0..2 (kScanVariants in "
+            "plane_scan_config.hpp)");
   PlaneScan scan(Backend::cpu);
   EXPECT_THROW(scan.set_variant(-1), Error);
   EXPECT_EQ(scan.variant(), 0);

@@ -17,6 +17,7 @@
 #include "fathom/quality_study.hpp"
 #include "fathom/selector.hpp"
 #include "kernels/fathom/plane_scan.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -83,15 +84,11 @@ TEST(FathomSelect, SelectorKeepsSinksAndRecentNeverTwiceAndFindsPlantedTokens) {
 }
 
 TEST(FathomSelect, TopKSmallerThanSinksPlusRecentIsNamed) {
-  try {
-    FathomSelector s(Backend::cpu, SelectorConfig{36, 4, 32, 48});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "fathom selector: top_k: top_k 36 leaves no room beyond 4 sinks and 32 recent tokens; "
-        "use top_k > 36");
-  }
+  EXPECT_EQ(test::error_message([&] {
+              FathomSelector s(Backend::cpu, SelectorConfig{36, 4, 32, 48});
+            }),
+            "fathom selector: top_k: top_k 36 leaves no room beyond 4 sinks and 32 recent tokens; "
+            "use top_k > 36");
 }
 
 /// KV heads (independent seeds) per quality table: 32 by default, a test stays at ~3 s on one

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "hotcache/hot_cache.hpp"
 #include "hotcache/policies.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse {
 namespace {
@@ -65,14 +66,11 @@ TEST(HotcachePool, LayoutKeepsEachRequestLayerRegionContiguous) {
 }
 
 TEST(HotcachePool, BadShapesNameTheField) {
-  try {
-    HostKvPool pool({1, 1, 0, 656}, Backend::cpu);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "host KV pool: capacity is 0 tokens; use a capacity (longest sequence) between 1 "
-                 "and 2^31 - 1 tokens");
-  }
+  EXPECT_EQ(test::error_message([&] {
+              HostKvPool pool({1, 1, 0, 656}, Backend::cpu);
+            }),
+            "host KV pool: capacity is 0 tokens; use a capacity (longest sequence) between 1 "
+            "and 2^31 - 1 tokens");
 }
 
 TEST(HotcacheBuffer, RowsStartZeroedEvenOnReusedMemory) {
@@ -122,15 +120,10 @@ TEST(HotcacheCache, AdmitThenSwapInThroughTheCpuBackend) {
 TEST(HotcacheCache, RejectsTopKAboveHot) {
   auto c = small_config();
   c.top_k = 5;
-  try {
-    HotCache cache(c);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "hot cache: top_k: top_k 5 with a hot buffer of 4 slots; use 1 <= top_k <= hot "
-                 "(the hot buffer "
-                 "must hold one step's selection)");
-  }
+  EXPECT_EQ(test::error_message([&] { HotCache cache(c); }),
+            "hot cache: top_k: top_k 5 with a hot buffer of 4 slots; use 1 <= top_k <= hot "
+            "(the hot buffer "
+            "must hold one step's selection)");
 }
 
 TEST(HotcacheCache, RejectsBadLayerAndOversizedBatch) {
@@ -142,14 +135,8 @@ TEST(HotcacheCache, RejectsBadLayerAndOversizedBatch) {
   SwapInStep step{selected.data(), seq_lens.data(), false, &num_real, nullptr, 1, out.data()};
   EXPECT_THROW((void)cache.swap_in(2, step, stream), Error);
   step.batch = 3;
-  try {
-    (void)cache.swap_in(0, step, stream);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "hot cache: swap_in: batch 3 exceeds max_batch 2; raise HotCacheConfig::max_batch");
-  }
+  EXPECT_EQ(test::error_message([&] { (void)cache.swap_in(0, step, stream); }),
+            "hot cache: swap_in: batch 3 exceeds max_batch 2; raise HotCacheConfig::max_batch");
 }
 
 SelectionTrace trace_of(std::vector<V> steps, std::int64_t seq_len = 100) {
@@ -203,13 +190,8 @@ TEST(HotcachePolicies, TraceFileRoundTripAndErrors) {
     std::ofstream bad(path);
     bad << "# comment\n10: 1 2\n12: 3 x4\n";
   }
-  try {
-    (void)read_selection_trace(path);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              path.string() + ":3: 'x4' is not a valid position; use decimal integers");
-  }
+  EXPECT_EQ(test::error_message([&] { (void)read_selection_trace(path); }),
+            path.string() + ":3: 'x4' is not a valid position; use decimal integers");
   std::filesystem::remove(path);
 }
 

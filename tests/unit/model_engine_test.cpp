@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "model/decode_engine.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse {
 namespace {
@@ -66,13 +67,8 @@ TEST(ModelEngine, TheWorkloadSeedChangesTheTokens) {
 }
 
 TEST(ModelEngine, ImpossibleConfigsThrowClearErrors) {
-  auto error_of = [](const std::string& model, EngineConfig c) -> std::string {
-    try {
-      DecodeEngine e(load_model(model), c);
-    } catch (const Error& err) {
-      return err.what();
-    }
-    return {};
+  auto error_of = [](const std::string& model, const EngineConfig& c) {
+    return test::error_message([&] { DecodeEngine e(load_model(model), c); });
   };
   EngineConfig c;
   c.backend = Backend::cuda;

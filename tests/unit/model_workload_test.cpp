@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "model/decode_engine.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse {
 namespace {
@@ -100,13 +101,8 @@ TEST(ModelWorkload, SinksAreSelectedAndSmallDriftKeepsSelectionsClose) {
 }
 
 TEST(ModelWorkload, BadSpecIsRejected) {
-  auto error_of = [](const WorkloadSpec& s) -> std::string {
-    try {
-      KvWorkload w(load_model("tiny-gqa"), s, 1, 16);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return {};
+  auto error_of = [](const WorkloadSpec& s) {
+    return test::error_message([&] { KvWorkload w(load_model("tiny-gqa"), s, 1, 16); });
   };
   WorkloadSpec spec;
   spec.generator = "replay";

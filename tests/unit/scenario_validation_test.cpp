@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "scenario/scenario.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse {
 namespace {
@@ -218,13 +219,8 @@ TEST(ScenarioValidation, SyntaxErrorHasLineAndColumn) {
 
 TEST(ScenarioValidation, FindScenarioByNameOrPath) {
   EXPECT_EQ(find_scenario("quick", "x").filename(), "quick.yaml");
-  try {
-    (void)find_scenario("quik", "run: SCENARIO");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "run: SCENARIO: no scenario file 'quik'; did you mean 'quick'?");
-  }
+  EXPECT_EQ(test::error_message([] { (void)find_scenario("quik", "run: SCENARIO"); }),
+            "run: SCENARIO: no scenario file 'quik'; did you mean 'quick'?");
 }
 
 TEST(ScenarioValidation, NearestNameNeedsAReasonableMatch) {

@@ -6,17 +6,13 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "support/error_message.hpp"
 
 namespace hisparse::trace {
 namespace {
 
 std::string error_of(std::string_view text) {
-  try {
-    (void)parse_records_text(text, "t.records");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_message([&] { (void)parse_records_text(text, "t.records"); });
 }
 
 TEST(TraceRecordText, FixtureRoundTripsExactly) {
@@ -90,14 +86,9 @@ TEST(TraceRecordText, ErrorsNameTheLineAndKey) {
 }
 
 TEST(TraceRecordText, MissingFileIsNamed) {
-  try {
-    (void)read_records_text("/no/such/file.records");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "/no/such/file.records: cannot open the trace-records file; check the path and "
-                 "its permissions");
-  }
+  EXPECT_EQ(test::error_message([] { (void)read_records_text("/no/such/file.records"); }),
+            "/no/such/file.records: cannot open the trace-records file; check the path and "
+            "its permissions");
 }
 
 }  // namespace
