@@ -15,8 +15,11 @@
 // The copy kernel is launched with programmatic dependent launch, so its launch overlaps the
 // resolve kernel; it waits on griddepcontrol before reading the plan, or, below batch 8 with
 // MissPlan::ready (the early hand-off), on per-row flags the resolve raises as soon as a row's
-// miss tokens (1) and slots (2) are written. Tuning and the figures behind it:
-// swap_in_config.hpp, reports/hotcache_tuning.md.
+// miss tokens (1) and slots (2) are written. With a residency bitmap and MissPlan::entry_slot
+// as well, it gathers speculatively: each block loads the host rows of its share of the
+// selection that the bitmap calls not resident as soon as it starts, and stores them once the
+// row's slots are published (batch 1 / 20% miss 19.2 -> 15.4 us, 100% 43 -> 37.5 us). Tuning and
+// the figures behind it: swap_in_config.hpp, reports/hotcache_tuning.md.
 #include <algorithm>
 #include <cstdint>
 
@@ -166,6 +169,60 @@ struct SelectionTable {
   }
 };
 
+// How one call's resolve runs (chosen by the launcher, passed to the kernel).
+struct ResolveShape {
+  int direct_tokens = 0;  ///< tokens of the direct table (0: every row hashes)
+  std::size_t shared_bytes = 0;
+  int fetch_rows = 0;    ///< MissPlan::fetched: rows a block fetches itself (0: the copy does)
+  int fetch_offset = 0;  ///< their staging area (16-B aligned)
+  /// Byte offset of the old-token array (hot ints: each slot's token before this call), which
+  /// the residency bitmap's updates read; 0: read from slot_token instead (no room).
+  int old_token_offset = 0;
+  bool early = false;  ///< MissPlan::ready: the copy kernel started with the resolve
+  bool spec = false;   ///< speculative gather: entry_slot published after the LRU walk
+};
+
+// Speculative gather: the rows of the misses the copy kernel did not guess (a stale residency
+// bit), copied by the resolve block itself once their slots are known, and their bits set.
+// Rare (the swap-in keeps the bitmap exact), so plainly: 16-B pieces when everything is aligned.
+__device__ __forceinline__ void fetch_late_rows(const SwapInArgs& a, int r, std::int32_t base,
+                                                const std::int32_t* late_token,
+                                                const std::int32_t* late_ordinal, int n_late,
+                                                const std::uint16_t* evict_slot,
+                                                std::uint32_t* resident,
+                                                std::int64_t resident_tokens) {
+  if (n_late == 0) return;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
+  const std::uint8_t* host =
+      a.host_pool.base + static_cast<std::size_t>(r) * a.host_pool.request_stride;
+  const auto piece = ((a.copy_bytes | a.host_pool.row_stride | a.host_pool.request_stride |
+                       a.hot_buffer.row_stride | reinterpret_cast<std::uintptr_t>(host) |
+                       reinterpret_cast<std::uintptr_t>(a.hot_buffer.rows)) &
+                      15u) == 0
+                         ? std::size_t{16}
+                         : std::size_t{1};
+  const auto pieces = static_cast<int>(a.copy_bytes / piece);
+  for (int u = tid; u < n_late * pieces; u += nt) {
+    const int k = u / pieces;
+    const std::size_t at = static_cast<std::size_t>(u - k * pieces) * piece;
+    const std::uint8_t* src =
+        host + static_cast<std::size_t>(late_token[k]) * a.host_pool.row_stride + at;
+    std::uint8_t* dst =
+        a.hot_buffer.rows +
+        (static_cast<std::size_t>(base) + evict_slot[late_ordinal[k]]) * a.hot_buffer.row_stride +
+        at;
+    if (piece == 16) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      *dst = *src;
+    }
+  }
+  for (int k = tid; k < n_late; k += nt)
+    if (late_token[k] < resident_tokens)
+      atomicOr(resident + late_token[k] / 32, 1u << (late_token[k] % 32));
+}
+
 // Phase stamp (diagnostic, kTimed only): a block barrier, then thread 0 of block 0 writes the
 // global timer (ns) and the SM clock.
 template <bool kTimed>
@@ -197,11 +254,22 @@ __device__ __forceinline__ void phase_stamp(const SwapInArgs& a, int k) {
 // 16 B) then their staged rows. The block issues the host reads (cp.async, consecutive threads on
 // consecutive 16-B pieces of a row, so a warp reads 512 contiguous bytes) as soon as the misses
 // are numbered, and writes the rows to their slots after the LRU walk.
-// kTimed: phase stamps (diagnostic build; results unchanged).
-template <bool kTimed>
+// spec (speculative gather): the row's entry_slot values are written and published (ready 2)
+// right after the LRU walk, before the commit. The residency bitmap loses the evicted tokens in
+// the commit; the new ones are set by whoever stores their rows (the copy kernel's guessing block,
+// or fetch_late_rows), never before the guess has read them.
+// kTimed: phase stamps (diagnostic build; results unchanged). kSpec = shape.spec, a separate
+// instance so that the other calls run the code they ran before the speculative gather (its
+// register allocation cost them 1-2 us at batch 8-100 / 0.1%).
+template <bool kTimed, bool kSpec>
 __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
-    swap_in_resolve(SwapInArgs a, int direct_tokens, int fetch_rows, int fetch_offset, bool early) {
+    swap_in_resolve(SwapInArgs a, ResolveShape shape) {
   phase_stamp<kTimed>(a, 0);
+  const int direct_tokens = shape.direct_tokens;
+  const int fetch_rows = shape.fetch_rows;
+  const int fetch_offset = shape.fetch_offset;
+  const bool early = shape.early;
+  constexpr bool spec = kSpec;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Let the copy kernel's blocks be scheduled now; they wait for this grid (or, early hand-off,
   // for each row's flag) before reading the plan.
@@ -217,6 +285,8 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   const int mine = tid * kItems;
   const std::int32_t* sel = a.selected + static_cast<std::size_t>(b) * top_k;
   std::int32_t* out = a.physical_rows + static_cast<std::size_t>(b) * top_k;
+  std::int32_t* entry_slot =
+      a.plan.entry_slot ? a.plan.entry_slot + static_cast<std::size_t>(b) * top_k : nullptr;
 
   // Independent loads first (all sized by batch, so reading them for a padding row is safe).
   const int num_real = *a.num_real;
@@ -235,7 +305,10 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   };
 
   if (b >= num_real) {  // padding row (uniform across the block)
-    for (int i = tid; i < top_k; i += nt) out[i] = -1;
+    for (int i = tid; i < top_k; i += nt) {
+      out[i] = -1;
+      if (entry_slot) entry_slot[i] = -1;
+    }
     if (tid == 0) {
       write_row_stats(a, b, 0, 0);
       if (early) publish_ready(a, b, 2);
@@ -254,8 +327,9 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   auto* keys = reinterpret_cast<std::int32_t*>(smem);
   auto* vals = reinterpret_cast<std::uint32_t*>(keys + capacity);
   auto* hit_bits = reinterpret_cast<std::uint32_t*>(smem) + table_words;
-  // scratch: [0, 66) the BlockScan, 66 hits, 67 valid, 68 misses handed over before numbering
-  static_assert(kSwapInScratchInts >= kBlockScanScratchInts + 3);
+  // scratch: [0, 66) the BlockScan, 66 hits, 67 valid, 68 misses handed over before numbering,
+  // 69 late misses (speculative gather)
+  static_assert(kSwapInScratchInts >= kBlockScanScratchInts + 4);
   int* scratch = reinterpret_cast<int*>(hit_bits + words);
   int* bucket = scratch + kSwapInScratchInts;
   auto* new_lru = reinterpret_cast<std::uint16_t*>(bucket + kSwapInBuckets);
@@ -278,6 +352,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
         rows_out[j] = ok ? base + v[j] : -1;
       }
       store_items(out, t0 + mine, top_k, rows_out);
+      if (entry_slot) store_items(entry_slot, t0 + mine, top_k, {-1, -1, -1, -1});
     }
     int valid = 0;
     scan.exclusive_sum(my_valid, valid);
@@ -291,6 +366,20 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
 
   std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
   std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(r) * hot;
+  std::uint32_t* resident =
+      a.hot_buffer.resident
+          ? a.hot_buffer.resident + static_cast<std::size_t>(r) * a.hot_buffer.resident_words
+          : nullptr;
+  const auto resident_tokens = static_cast<std::int64_t>(32 * a.hot_buffer.resident_words);
+  // The bitmap's few lines (4 KB at 32K tokens) into L2 now, so that the commit's atomics at
+  // the end of the block do not wait for device memory.
+  if (resident)
+    for (std::size_t w = 32 * static_cast<std::size_t>(tid); w < a.hot_buffer.resident_words;
+         w += 32 * static_cast<std::size_t>(nt))
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(resident + w));
+  auto* old_token = resident && shape.old_token_offset > 0
+                        ? reinterpret_cast<std::int32_t*>(smem + shape.old_token_offset)
+                        : nullptr;
   std::int32_t slot0[kItems], lru0[kItems];
   load_items(slot_token, mine, hot, slot0);
   load_items(lru, mine, hot, lru0);
@@ -323,7 +412,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   if (!fast || sort_from > 0) {
     for (int i = tid; i < kSwapInBuckets; i += nt) bucket[i] = 0;
   }
-  if (tid == 0) scratch[66] = scratch[67] = scratch[68] = 0;
+  if (tid == 0) scratch[66] = scratch[67] = scratch[68] = scratch[69] = 0;
   __syncthreads();
   phase_stamp<kTimed>(a, 2);
 
@@ -356,7 +445,9 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     } else {
       load_items(slot_token, t0 + mine, hot, v);
     }
-    std::uint32_t nibble = 0;  // bit j: slot t0 + mine + j is hit
+    if (old_token)
+      store_items(old_token, t0 + mine, hot, v);  // read by the commit's bitmap updates
+    std::uint32_t nibble = 0;                     // bit j: slot t0 + mine + j is hit
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       // Empty slots, slots past hot and tokens past the sequence are never in the table.
@@ -403,11 +494,17 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   // as soon as they are known and the slots after the LRU walk. A row of one tile hands its
   // tokens over before numbering them, in the order its warps find them (one atomic per warp),
   // so the copy starts two barriers earlier; the numbering then records each miss's entry.
-  const bool early_plan = early && sort_from == 0;
+  const bool early_plan = early && !spec && sort_from == 0;
   const bool hand_over_first = early_plan && top_k <= tile && fast;
   int my_entry = 0;  // hand_over_first: this thread's first plan entry
   std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
   std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(b) * top_k;
+  // spec (one tile): each entry's miss ordinal, -1 when not a miss.
+  int my_ordinal[kItems] = {-1, -1, -1, -1};
+  // spec: misses the copy kernel does not guess (their bit is set, or past the bitmap), which this
+  // block fetches itself after the LRU walk: tokens and ordinals at fetch_offset.
+  auto* late_token = reinterpret_cast<std::int32_t*>(smem + fetch_offset);
+  auto* late_ordinal = late_token + top_k;
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
     sel_tile(t0, v);
@@ -447,10 +544,21 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     }
     int total = 0;
     int ordinal = n_miss + scan.exclusive_sum(count, total);
-    if (t0 == 0) fetch = fetch_rows > 0 && top_k <= tile && total <= fetch_rows;
+    // (hand_over_first decided it above, from the same count, before the scan)
+    if (t0 == 0 && !hand_over_first) fetch = fetch_rows > 0 && top_k <= tile && total <= fetch_rows;
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
+      my_ordinal[j] = miss[j] ? ordinal : -1;
       if (!miss[j]) continue;
+      // The copy kernel guessed this miss iff its bit was clear: nothing sets the bit before the
+      // guessing block has read it (that block sets it once the row is stored), so both sides
+      // see the value the call started with.
+      if (spec &&
+          (v[j] >= resident_tokens || ((__ldcg(resident + v[j] / 32) >> (v[j] % 32)) & 1u))) {
+        const int k = atomicAdd(&scratch[69], 1);
+        late_token[k] = v[j];
+        late_ordinal[k] = ordinal;
+      }
       table.vals[h[j]] = (static_cast<std::uint32_t>(t0 + mine + j) << 16) | kMissFlag |
                          static_cast<std::uint32_t>(ordinal);
       if (sort_from > 0) atomicAdd(&bucket[v[j] >> shift], 1);
@@ -535,7 +643,16 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   }
   __syncthreads();
   phase_stamp<kTimed>(a, 7);
-  if (early_plan) {  // the copy kernel may store this row's gathered rows from here on
+  if (spec) {  // the copy kernel stores the rows its speculative loads got from here on
+    std::int32_t slots[kItems];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) slots[j] = my_ordinal[j] >= 0 ? evict_slot[my_ordinal[j]] : -1;
+    store_items(entry_slot, mine, top_k, slots);
+    __syncthreads();
+    if (tid == 0) publish_ready(a, b, 2);
+    fetch_late_rows(a, r, base, late_token, late_ordinal, scratch[69], evict_slot, resident,
+                    resident_tokens);
+  } else if (early_plan) {  // the copy kernel may store this row's gathered rows from here on
     if (!fetch)
       for (int m = tid; m < n_miss; m += nt)
         plan_slot[hand_over_first ? miss_entry[m] : m] = evict_slot[m];
@@ -571,12 +688,13 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
     sel_tile(t0, v);
-    std::int32_t rows_out[kItems];
+    std::int32_t rows_out[kItems], slots_out[kItems];
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int i = t0 + mine + j;
       std::int32_t& row = rows_out[j];
       row = -1;
+      slots_out[j] = -1;
       if (i >= top_k) continue;
       const std::int32_t pos = v[j];
       if (pos >= 0 && pos < seq_len) {
@@ -589,6 +707,15 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
             const int slot = evict_slot[m];
             row = base + slot;
             if ((w >> 16) == static_cast<std::uint32_t>(i)) {  // the first occurrence commits
+              slots_out[j] = slot;
+              if (resident) {  // token out, token in (distinct tokens: the atomics commute)
+                const std::int32_t old = old_token ? old_token[slot] : slot_token[slot];
+                if (old >= 0 && old < resident_tokens)
+                  atomicAnd(resident + old / 32, ~(1u << (old % 32)));
+                // spec: the bit is set by whoever stores the row (the copy kernel's guessing
+                // block, or fetch_late_rows), never before the guess has read it.
+                if (!spec && pos < resident_tokens) atomicOr(resident + pos / 32, 1u << (pos % 32));
+              }
               slot_token[slot] = pos;
               if (!early_plan || fetch) {  // else already handed to the copy kernel
                 const int at = grouped ? atomicAdd(&bucket[pos >> shift], 1) : m;
@@ -603,9 +730,10 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       }
     }
     store_items(out, t0 + mine, top_k, rows_out);
+    if (entry_slot && !spec) store_items(entry_slot, t0 + mine, top_k, slots_out);
   }
   if (tid == 0) write_row_stats(a, b, valid - n_miss, n_miss, fetch);
-  if (early && !early_plan) {  // a grouped plan is complete only now
+  if (early && !early_plan && !spec) {  // a grouped plan is complete only now
     __syncthreads();
     if (tid == 0) publish_ready(a, b, 2);
   }
@@ -646,11 +774,13 @@ __device__ __forceinline__ int chunks_for(const int* counts, int batch, int rows
   return chunks;
 }
 
-// Copies rows first_row .. first_row + rows - 1 of row b's plan (one chunk, one block). With the
-// early hand-off the host loads of the first round are issued before the slots are known.
-template <int W>
-__device__ __forceinline__ void copy_chunk(const SwapInArgs& a, int b, int r, int first_row,
-                                           int rows, bool early) {
+// Copies `rows` host rows of request r, tokens[i] into slot slots[i] (skipped when negative), with
+// one block. The host loads of the first round are issued before `before_stores` runs (it may
+// wait for the resolve and fill `slots`; every thread calls it).
+template <int W, class BeforeStores>
+__device__ __forceinline__ void copy_rows(const SwapInArgs& a, int r, const std::int32_t* tokens,
+                                          const std::int32_t* slots, int rows,
+                                          BeforeStores&& before_stores) {
   using Vec = typename VecOf<W>::type;
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
@@ -660,8 +790,6 @@ __device__ __forceinline__ void copy_chunk(const SwapInArgs& a, int b, int r, in
   std::uint8_t* dst = a.hot_buffer.rows + static_cast<std::size_t>(r) *
                                               static_cast<std::size_t>(a.hot + 1) *
                                               a.hot_buffer.row_stride;
-  const std::int32_t* tokens = a.plan.token + static_cast<std::size_t>(b) * a.top_k + first_row;
-  const std::int32_t* slots = a.plan.slot + static_cast<std::size_t>(b) * a.top_k + first_row;
   const unsigned units = static_cast<unsigned>(rows) * units_per_row;
   const auto step = static_cast<unsigned>(nt * cfg::kCopyUnroll);
 
@@ -687,21 +815,106 @@ __device__ __forceinline__ void copy_chunk(const SwapInArgs& a, int b, int r, in
       const unsigned u = u0 + static_cast<unsigned>(j * nt);
       if (u < units) {
         const unsigned row = u / units_per_row;
-        *reinterpret_cast<Vec*>(dst +
-                                static_cast<std::size_t>(slots[row]) * a.hot_buffer.row_stride +
-                                static_cast<std::size_t>(u - row * units_per_row) * W) = v[j];
+        const std::int32_t slot = slots[row];
+        if (slot >= 0)
+          *reinterpret_cast<Vec*>(dst + static_cast<std::size_t>(slot) * a.hot_buffer.row_stride +
+                                  static_cast<std::size_t>(u - row * units_per_row) * W) = v[j];
       }
     }
   };
   auto u0 = static_cast<unsigned>(tid);
   load(u0);
-  if (early) {  // the slots are written once the row reaches 2
-    if (tid == 0) wait_ready(a.plan.ready + b, 2);
-    __syncthreads();
-  }
+  before_stores();
   for (; u0 < units; u0 += step) {
     if (u0 != static_cast<unsigned>(tid)) load(u0);
     store(u0);
+  }
+}
+
+// Rows first_row .. first_row + rows - 1 of row b's plan (one chunk, one block). With the early
+// hand-off the slots are read once the row reaches 2, after the first round's host loads.
+template <int W>
+__device__ __forceinline__ void copy_chunk(const SwapInArgs& a, int b, int r, int first_row,
+                                           int rows, bool early) {
+  const std::size_t at = static_cast<std::size_t>(b) * a.top_k + first_row;
+  copy_rows<W>(a, r, a.plan.token + at, a.plan.slot + at, rows, [&] {
+    if (early) {
+      if (threadIdx.x == 0) wait_ready(a.plan.ready + b, 2);
+      __syncthreads();
+    }
+  });
+}
+
+// Appends `token` (with `value`) to a block's shared list when `take`; all threads must call it.
+__device__ __forceinline__ void list_append(bool take, std::int32_t token, std::int32_t value,
+                                            std::int32_t* tokens, std::int32_t* values,
+                                            int* count) {
+  const unsigned taken = __ballot_sync(0xffffffffu, take);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  int first = 0;
+  if (lane == 0 && taken != 0) first = atomicAdd(count, __popc(taken));
+  first = __shfl_sync(0xffffffffu, first, 0);
+  if (take) {
+    const int at = first + __popc(taken & ((1u << lane) - 1u));
+    tokens[at] = token;
+    values[at] = value;
+  }
+}
+
+// Speculative gather (the early hand-off with MissPlan::entry_slot and a residency bitmap): block
+// k serves row k % batch, a contiguous share of its selection entries. At once, without waiting
+// for the resolve, it loads the host rows of the selected tokens the bitmap calls not resident;
+// once the row reaches 2 it stores those that entry_slot names (the first occurrences of the
+// misses) and sets their bits. A block that guessed nothing leaves at once. Misses whose bit was
+// set (a stale bitmap) are the resolve's (fetch_late_rows): a stale hint costs time, never bytes.
+template <int W>
+__device__ __forceinline__ void copy_speculative(const SwapInArgs& a) {
+  __shared__ std::int32_t list_token[cfg::kCopyThreads], list_value[cfg::kCopyThreads];
+  __shared__ int list_count;
+  const int batch = a.batch;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
+  const int b = static_cast<int>(blockIdx.x) % batch;
+  const int n = (static_cast<int>(gridDim.x) - b + batch - 1) / batch;  // the row's blocks
+  const int per = (a.top_k + n - 1) / n;
+  const int first = static_cast<int>(blockIdx.x) / batch * per;
+  const int last = min(a.top_k, first + per);
+  // Padding rows and short rows fetch nothing (uniform across the block).
+  const std::int64_t seq_len = a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[b]
+                                                : static_cast<const std::int32_t*>(a.seq_lens)[b];
+  if (b >= *a.num_real || seq_len <= a.hot || first >= last) return;
+  const int r = a.request_of_row ? a.request_of_row[b] : b;
+  const std::int32_t* sel = a.selected + static_cast<std::size_t>(b) * a.top_k;
+  const std::int32_t* entry_slot = a.plan.entry_slot + static_cast<std::size_t>(b) * a.top_k;
+  std::uint32_t* resident =
+      a.hot_buffer.resident + static_cast<std::size_t>(r) * a.hot_buffer.resident_words;
+  const auto resident_tokens = static_cast<std::int64_t>(32 * a.hot_buffer.resident_words);
+  bool waited = false;
+  for (int e0 = first; e0 < last; e0 += nt) {  // one pass unless a block has > nt entries
+    const int e = e0 + tid;
+    const std::int32_t pos = e < last ? sel[e] : -1;
+    // Valid, not the newest (it has its own slot), and not resident as far as the bitmap knows.
+    // The resolve clears bits meanwhile, only of tokens no entry selects: an L2 load.
+    const bool guess = pos >= 0 && pos < seq_len - 1 && pos < resident_tokens &&
+                       ((__ldcg(resident + pos / 32) >> (pos % 32)) & 1u) == 0;
+    if (tid == 0) list_count = 0;
+    __syncthreads();
+    list_append(guess, pos, e, list_token, list_value, &list_count);
+    __syncthreads();
+    const int listed = list_count;
+    if (listed == 0) continue;  // nothing guessed: no need to wait for the resolve
+    copy_rows<W>(a, r, list_token, list_value, listed, [&] {
+      if (!waited) {  // entry_slot is written once the row reaches 2
+        if (tid == 0) wait_ready(a.plan.ready + b, 2);
+        __syncthreads();
+        waited = true;
+      }
+      if (tid < listed) list_value[tid] = entry_slot[list_value[tid]];  // entry -> slot or -1
+      __syncthreads();
+    });
+    if (tid < listed && list_value[tid] >= 0)  // stored: now resident
+      atomicOr(resident + list_token[tid] / 32, 1u << (list_token[tid] % 32));
+    __syncthreads();  // the lists are reused
   }
 }
 
@@ -796,7 +1009,7 @@ __device__ __forceinline__ void copy_numbered_chunks(const SwapInArgs& a, bool e
   }
 }
 
-template <int W>
+template <int W, bool kSpec>
 __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
     swap_in_copy(SwapInArgs a, bool early) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -808,7 +1021,9 @@ __global__ void __launch_bounds__(cfg::kCopyThreads, cfg::kCopyBlocksPerSm)
   const int batch = a.batch;
   const int tid = static_cast<int>(threadIdx.x);
   const int grid = static_cast<int>(gridDim.x);
-  if (early && a.copy_rows_per_chunk > 0 && grid >= batch) {
+  if constexpr (kSpec) {
+    copy_speculative<W>(a);
+  } else if (early && a.copy_rows_per_chunk > 0 && grid >= batch) {
     copy_fixed_map<W>(a);
   } else {
     copy_numbered_chunks<W>(a, early, chunk_start);
@@ -839,7 +1054,7 @@ int vector_width(const SwapInArgs& a) {
 }
 
 template <int W>
-void launch_copy(const SwapInArgs& a, int blocks, bool early, cudaStream_t stream) {
+void launch_copy(const SwapInArgs& a, int blocks, bool early, bool spec, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(cfg::kCopyThreads);
@@ -850,24 +1065,36 @@ void launch_copy(const SwapInArgs& a, int blocks, bool early, cudaStream_t strea
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = a.use_pdl ? 1 : 0;
-  HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W>, a, early));
+  if (spec) {
+    HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W, true>, a, early));
+  } else {
+    HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W, false>, a, early));
+  }
 }
 
-// Tokens of the direct table for this call (0: every row hashes) and the resolve's shared memory.
-// With MissPlan::fetched, the rows a resolve block fetches itself and where they are staged.
-struct ResolveShape {
-  int direct_tokens = 0;
-  std::size_t shared_bytes = 0;
-  int fetch_rows = 0;    ///< 0: the copy kernel fetches every row
-  int fetch_offset = 0;  ///< staging area (16-B aligned) = the tables' shared bytes
-};
+// Bytes of the old-token array (one int per hot slot, 16-B aligned).
+std::size_t old_token_bytes(int hot) {
+  return (4 * static_cast<std::size_t>(hot) + 15) / 16 * 16;
+}
 
-ResolveShape resolve_shape(const SwapInArgs& a) {
-  ResolveShape shape{0, swap_in_shared_bytes(a.top_k, a.hot)};
+// Speculative gather: with the early hand-off, an entry_slot array, a residency bitmap and a
+// selection of one tile (entry_slot is then written straight after the LRU walk).
+bool speculative(const SwapInArgs& a, bool early) {
+  return early && a.plan.entry_slot != nullptr && a.hot_buffer.resident != nullptr &&
+         a.top_k <= cfg::kResolveThreads * cfg::kResolveItems;
+}
+
+ResolveShape resolve_shape(const SwapInArgs& a, bool early) {
+  ResolveShape shape;
+  shape.shared_bytes = swap_in_shared_bytes(a.top_k, a.hot);
+  shape.early = early;
+  shape.spec = speculative(a, early);
   if (a.resolve == ResolvePath::direct) {
     const std::size_t bytes = swap_in_direct_shared_bytes(a.top_k, a.hot);
-    if (bytes <= static_cast<std::size_t>(cfg::kMaxResolveSharedBytes))
-      shape = {cfg::kResolveDirectTokens, bytes};
+    if (bytes <= static_cast<std::size_t>(cfg::kMaxResolveSharedBytes)) {
+      shape.direct_tokens = cfg::kResolveDirectTokens;
+      shape.shared_bytes = bytes;
+    }
   }
   // Fetching in the resolve needs whole 16-B pieces, one tile of selection (the miss count is
   // known after one block scan) and spare shared memory. It pays at small batch only: at batch 64
@@ -875,8 +1102,9 @@ ResolveShape resolve_shape(const SwapInArgs& a) {
   // 55.3 us; reports/hotcache_tuning.md), while batch 1 gains 3 us.
   const std::size_t room = static_cast<std::size_t>(cfg::kMaxResolveSharedBytes) -
                            std::min<std::size_t>(shape.shared_bytes, cfg::kMaxResolveSharedBytes);
-  if (a.plan.fetched && a.batch < cfg::kLargeBatch && a.copy_bytes > 0 && vector_width(a) == 16 &&
-      a.top_k <= cfg::kResolveThreads * cfg::kResolveItems) {
+  // With the speculative gather the copy kernel has the rows in flight before the resolve could.
+  if (a.plan.fetched && !shape.spec && a.batch < cfg::kLargeBatch && a.copy_bytes > 0 &&
+      vector_width(a) == 16 && a.top_k <= cfg::kResolveThreads * cfg::kResolveItems) {
     // Per row: its bytes plus one token (4 B, padded once to 16).
     const std::size_t bytes = std::min<std::size_t>(room, cfg::kResolveFetchBytes);
     shape.fetch_rows = bytes > 16 ? static_cast<int>((bytes - 16) / (a.copy_bytes + 4)) : 0;
@@ -884,15 +1112,26 @@ ResolveShape resolve_shape(const SwapInArgs& a) {
     shape.shared_bytes += static_cast<std::size_t>(shape.fetch_rows * 4 + 15) / 16 * 16 +
                           static_cast<std::size_t>(shape.fetch_rows) * a.copy_bytes;
   }
+  if (shape.spec) {  // the late misses' tokens and ordinals (fetch_late_rows)
+    shape.fetch_offset = static_cast<int>(shape.shared_bytes);
+    shape.shared_bytes += (8 * static_cast<std::size_t>(a.top_k) + 15) / 16 * 16;
+  }
+  // The residency bitmap's updates read each evicted slot's old token from shared memory when
+  // there is room (else from slot_token, one device-memory round trip more in the commit).
+  if (a.hot_buffer.resident && shape.shared_bytes + old_token_bytes(a.hot) <=
+                                   static_cast<std::size_t>(cfg::kMaxResolveSharedBytes)) {
+    shape.old_token_offset = static_cast<int>(shape.shared_bytes);
+    shape.shared_bytes += old_token_bytes(a.hot);
+  }
   return shape;
 }
 
-template <bool kTimed>
+template <bool kTimed, bool kSpec>
 void raise_shared_limit(int needed) {
   cudaFuncAttributes attributes{};
-  HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, swap_in_resolve<kTimed>));
+  HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, swap_in_resolve<kTimed, kSpec>));
   if (attributes.maxDynamicSharedSizeBytes < needed)
-    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(swap_in_resolve<kTimed>,
+    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(swap_in_resolve<kTimed, kSpec>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, needed));
 }
 }  // namespace
@@ -904,12 +1143,15 @@ void configure_swap_in(int top_k, int hot) {
   probe.hot = hot;
   probe.resolve = ResolvePath::direct;  // the larger of the two paths, whatever the default is
   std::size_t needed = swap_in_shared_bytes(top_k, hot);
-  needed = std::max(needed, resolve_shape(probe).shared_bytes);
-  // Room for the rows the resolve may fetch itself (MissPlan::fetched), whatever their size.
-  needed = std::max(
-      needed, std::min<std::size_t>(needed + cfg::kResolveFetchBytes, cfg::kMaxResolveSharedBytes));
-  raise_shared_limit<false>(static_cast<int>(needed));
-  raise_shared_limit<true>(static_cast<int>(needed));
+  needed = std::max(needed, resolve_shape(probe, false).shared_bytes);
+  // Room for the rows the resolve may fetch itself (MissPlan::fetched), whatever their size, and
+  // for the old-token array of the residency bitmap.
+  needed = std::min<std::size_t>(needed + cfg::kResolveFetchBytes + old_token_bytes(hot),
+                                 cfg::kMaxResolveSharedBytes);
+  raise_shared_limit<false, false>(static_cast<int>(needed));
+  raise_shared_limit<false, true>(static_cast<int>(needed));
+  raise_shared_limit<true, false>(static_cast<int>(needed));
+  raise_shared_limit<true, true>(static_cast<int>(needed));
 }
 
 namespace {
@@ -919,18 +1161,16 @@ void resolve_launch(const SwapInArgs& a, bool early, cudaStream_t stream) {
   HISPARSE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture == cudaStreamCaptureStatusNone) configure_swap_in(a.top_k, a.hot);
   const auto blocks = static_cast<unsigned>(a.batch);
-  const ResolveShape shape = resolve_shape(a);
-  if (a.phase_stamps) {
-    swap_in_resolve<true><<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(
-        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset, early);
-  } else {
-    swap_in_resolve<false><<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(
-        a, shape.direct_tokens, shape.fetch_rows, shape.fetch_offset, early);
-  }
+  const ResolveShape shape = resolve_shape(a, early);
+  const auto resolve =
+      a.phase_stamps ? (shape.spec ? swap_in_resolve<true, true> : swap_in_resolve<true, false>)
+                     : (shape.spec ? swap_in_resolve<false, true> : swap_in_resolve<false, false>);
+  resolve<<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(a, shape);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 
 void copy_launch(const SwapInArgs& args, bool early, cudaStream_t stream) {
+  const bool spec = speculative(args, early);
   if (args.batch <= 0 || args.top_k <= 0) return;
   const bool large = args.batch >= cfg::kLargeBatch;
   SwapInArgs a = args;
@@ -944,19 +1184,19 @@ void copy_launch(const SwapInArgs& args, bool early, cudaStream_t stream) {
   }
   switch (vector_width(a)) {
     case 16:
-      launch_copy<16>(a, blocks, early, stream);
+      launch_copy<16>(a, blocks, early, spec, stream);
       break;
     case 8:
-      launch_copy<8>(a, blocks, early, stream);
+      launch_copy<8>(a, blocks, early, spec, stream);
       break;
     case 4:
-      launch_copy<4>(a, blocks, early, stream);
+      launch_copy<4>(a, blocks, early, spec, stream);
       break;
     case 2:
-      launch_copy<2>(a, blocks, early, stream);
+      launch_copy<2>(a, blocks, early, spec, stream);
       break;
     default:
-      launch_copy<1>(a, blocks, early, stream);
+      launch_copy<1>(a, blocks, early, spec, stream);
       break;
   }
 }

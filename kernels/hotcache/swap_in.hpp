@@ -32,6 +32,13 @@ struct HotBufferView {
   std::int32_t* lru = nullptr;         ///< [requests][hot]: slot indices, least recently used first
   std::uint8_t* rows = nullptr;  ///< row of slot s of request r at (r * (hot + 1) + s) * row_stride
   std::size_t row_stride = 0;    ///< bytes between hot rows
+  /// Optional residency bitmap, [requests][resident_words]: bit t of request r is set while some
+  /// slot of r holds token t (tokens below 32 * resident_words; the reserved newest-token slot is
+  /// not counted). Every swap-in keeps it in step with slot_token (the twin too). The CUDA copy
+  /// kernel reads it as a hint (speculative gather, MissPlan::entry_slot): a stale bit costs
+  /// speed, never a wrong byte. Null: not kept.
+  std::uint32_t* resident = nullptr;
+  std::size_t resident_words = 0;
 };
 
 /// One layer of the host KV pool (device address of mapped pinned memory; host address on the CPU).
@@ -66,6 +73,13 @@ struct MissPlan {
   /// resets the flags (ready[batch] counts the copy blocks). Null, or a call of
   /// launch_swap_in_resolve / launch_swap_in_copy alone: the copy waits for the resolve grid.
   std::int32_t* ready = nullptr;
+  /// [batch][top_k] optional: for selection entry i of a real row longer than `hot`, the slot its
+  /// row is fetched into when i is the first occurrence of a miss; -1 for every other entry (and
+  /// every entry of padding and short rows). With it, a residency bitmap and the early hand-off,
+  /// the CUDA copy kernel gathers speculatively: at its start it loads the host rows of the
+  /// selected tokens the bitmap says are not resident, without waiting for the resolve, then
+  /// stores the ones this array names (loading any it missed). Null: not written.
+  std::int32_t* entry_slot = nullptr;
 };
 
 /// Which resolve kernel runs (CUDA only; the twin ignores it; results are identical).

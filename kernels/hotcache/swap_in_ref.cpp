@@ -53,6 +53,17 @@ void write_stats(const SwapInArgs& a, int row, std::int32_t hits, std::int32_t m
     a.stats[2 * row + 1] = misses;
   }
   a.plan.count[row] = misses;
+  if (a.plan.entry_slot)  // the misses' first occurrences are set after this
+    std::fill_n(a.plan.entry_slot + static_cast<std::size_t>(row) * a.top_k, a.top_k, -1);
+}
+
+// Residency bitmap of request r (HotBufferView::resident): bit t on or off.
+void mark_resident(const SwapInArgs& a, int r, std::int32_t token, bool on) {
+  const HotBufferView& h = a.hot_buffer;
+  if (!h.resident || token < 0 || static_cast<std::size_t>(token) >= 32 * h.resident_words) return;
+  std::uint32_t& word = h.resident[static_cast<std::size_t>(r) * h.resident_words + token / 32];
+  const std::uint32_t bit = 1u << (token % 32);
+  word = on ? word | bit : word & ~bit;
 }
 }  // namespace
 
@@ -125,6 +136,8 @@ void swap_in_ref(const SwapInArgs& a) {
     for (std::int32_t m = 0; m < n_miss; ++m) {
       const std::int32_t slot = missed[static_cast<std::size_t>(m)];
       const std::int32_t token = miss_tokens[static_cast<std::size_t>(m)];
+      mark_resident(a, r, slot_token[slot], false);
+      mark_resident(a, r, token, true);
       slot_token[slot] = token;
       a.plan.slot[static_cast<std::size_t>(b) * a.top_k + m] = slot;
       a.plan.token[static_cast<std::size_t>(b) * a.top_k + m] = token;
@@ -147,6 +160,13 @@ void swap_in_ref(const SwapInArgs& a) {
       }
     }
     write_stats(a, b, valid_entries - n_miss, n_miss);
+    if (a.plan.entry_slot) {  // first occurrences of the misses, in selection order
+      std::int32_t m = 0;
+      for (int i = 0; i < a.top_k && m < n_miss; ++i)
+        if (sel[i] == miss_tokens[static_cast<std::size_t>(m)])
+          a.plan.entry_slot[static_cast<std::size_t>(b) * a.top_k + i] =
+              missed[static_cast<std::size_t>(m++)];
+    }
   }
 }
 

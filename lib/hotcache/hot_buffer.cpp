@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -22,6 +23,9 @@ HotBufferShape checked(const HotBufferShape& s) {
         fmt::format("{} requests x {} slots overflow 32-bit row indices", s.requests, s.hot + 1),
         "lower the concurrency or the hot-buffer size");
   if (s.row_stride == 0) throw Error(where, "row_stride is 0", "give the KV row size in bytes");
+  if (s.capacity < 0)
+    throw Error(where, fmt::format("capacity is {} tokens", s.capacity),
+                "give the longest sequence in tokens, or 0 for no residency bitmap");
   return s;
 }
 }  // namespace
@@ -31,6 +35,10 @@ HotBuffer::HotBuffer(const HotBufferShape& shape, Backend backend)
   const std::size_t tables = static_cast<std::size_t>(shape_.layers) * shape_.requests * shape_.hot;
   slot_token_ = Buffer<std::int32_t>::device(tables, backend, "hot buffer slot table");
   lru_ = Buffer<std::int32_t>::device(tables, backend, "hot buffer LRU order");
+  if (shape_.capacity > 0)
+    resident_ = Buffer<std::uint32_t>::device(
+        tables / static_cast<std::size_t>(shape_.hot) * resident_words(), backend,
+        "hot buffer residency bitmap");
   rows_ = Buffer<std::uint8_t>::device(static_cast<std::size_t>(shape_.layers) * shape_.requests *
                                            (shape_.hot + 1) * shape_.row_stride,
                                        backend, "hot buffer rows");
@@ -41,7 +49,7 @@ HotBuffer::HotBuffer(const HotBufferShape& shape, Backend backend)
 }
 
 std::size_t HotBuffer::bytes() const noexcept {
-  return slot_token_.bytes() + lru_.bytes() + rows_.bytes();
+  return slot_token_.bytes() + lru_.bytes() + resident_.bytes() + rows_.bytes();
 }
 
 std::size_t HotBuffer::bytes_per_request() const noexcept {
@@ -54,8 +62,14 @@ std::size_t HotBuffer::table_offset(int layer, int request) const noexcept {
 }
 
 kernels::HotBufferView HotBuffer::layer_view(int layer) const {
-  return {slot_token_.device_data() + table_offset(layer, 0),
-          lru_.device_data() + table_offset(layer, 0), layer_rows(layer), shape_.row_stride};
+  kernels::HotBufferView v{slot_token_.device_data() + table_offset(layer, 0),
+                           lru_.device_data() + table_offset(layer, 0), layer_rows(layer),
+                           shape_.row_stride};
+  if (shape_.capacity > 0) {
+    v.resident = resident_.device_data() + resident_offset(layer, 0);
+    v.resident_words = resident_words();
+  }
+  return v;
 }
 
 std::uint8_t* HotBuffer::layer_rows(int layer) const {
@@ -73,10 +87,18 @@ void HotBuffer::fill_tables(int request, bool identity) {
   const std::vector<std::int32_t> tokens =
       identity ? order : std::vector<std::int32_t>(order.size(), -1);
   const std::size_t bytes = order.size() * sizeof(std::int32_t);
+  // Bits of the tokens the slots hold (identity: tokens 0..hot-1 below the capacity).
+  std::vector<std::uint32_t> bits(resident_words(), 0u);
+  if (identity)
+    for (std::int64_t t = 0; t < std::min<std::int64_t>(shape_.hot, shape_.capacity); ++t)
+      bits[static_cast<std::size_t>(t / 32)] |= 1u << (t % 32);
   for (int l = 0; l < shape_.layers; ++l) {
     copy_bytes(slot_token_.device_data() + table_offset(l, request), tokens.data(), bytes,
                backend_);
     copy_bytes(lru_.device_data() + table_offset(l, request), order.data(), bytes, backend_);
+    if (!bits.empty())
+      copy_bytes(resident_.device_data() + resident_offset(l, request), bits.data(),
+                 bits.size() * sizeof(std::uint32_t), backend_);
   }
 }
 
@@ -97,6 +119,14 @@ std::vector<std::int32_t> HotBuffer::slot_tokens(int layer, int request) const {
 std::vector<std::int32_t> HotBuffer::lru_order(int layer, int request) const {
   std::vector<std::int32_t> v(static_cast<std::size_t>(shape_.hot));
   copy_bytes(v.data(), lru_.device_data() + table_offset(layer, request), v.size() * 4, backend_);
+  return v;
+}
+
+std::vector<std::uint32_t> HotBuffer::resident_bits(int layer, int request) const {
+  std::vector<std::uint32_t> v(shape_.capacity > 0 ? resident_words() : 0);
+  if (!v.empty())
+    copy_bytes(v.data(), resident_.device_data() + resident_offset(layer, request), v.size() * 4,
+               backend_);
   return v;
 }
 

@@ -1,7 +1,8 @@
 // HotBuffer: per (layer, request) the GPU hot slots of HiSparse: `hot` slots plus the reserved
 // newest-token slot (index hot), the slot -> token table (-1 empty) and the LRU order (slot
-// indices, least recently used first). All three live in device memory (host memory on the CPU
-// backend) and are only changed by the swap-in and by reset().
+// indices, least recently used first), plus a residency bitmap (one bit per token, set while a
+// slot holds it) when the shape gives a capacity. All live in device memory (host memory on the
+// CPU backend) and are only changed by the swap-in and by reset() / clear().
 #pragma once
 
 #include <cstddef>
@@ -18,6 +19,9 @@ struct HotBufferShape {
   int layers = 1;
   int hot = 4096;              ///< slots per (layer, request), excluding the reserved slot
   std::size_t row_stride = 0;  ///< bytes per hot row
+  /// Longest sequence, tokens: sizes the residency bitmap (HotBufferView::resident, one bit per
+  /// token); 0: no bitmap (the CUDA copy then cannot gather speculatively).
+  std::int64_t capacity = 0;
 };
 
 class HotBuffer {
@@ -45,6 +49,8 @@ class HotBuffer {
   /// Copies of the state, for tests and debugging (synchronous).
   [[nodiscard]] std::vector<std::int32_t> slot_tokens(int layer, int request) const;
   [[nodiscard]] std::vector<std::int32_t> lru_order(int layer, int request) const;
+  /// The residency bitmap's words (empty without one).
+  [[nodiscard]] std::vector<std::uint32_t> resident_bits(int layer, int request) const;
   [[nodiscard]] std::vector<std::uint8_t> row(int layer, int request, int slot) const;
 
   /// Where the newest token of a sequence of `seq_len` tokens lives.
@@ -59,11 +65,18 @@ class HotBuffer {
  private:
   void fill_tables(int request, bool identity);
   [[nodiscard]] std::size_t table_offset(int layer, int request) const noexcept;
+  [[nodiscard]] std::size_t resident_words() const noexcept {
+    return static_cast<std::size_t>((shape_.capacity + 31) / 32);
+  }
+  [[nodiscard]] std::size_t resident_offset(int layer, int request) const noexcept {
+    return table_offset(layer, request) / static_cast<std::size_t>(shape_.hot) * resident_words();
+  }
 
   HotBufferShape shape_;
   Backend backend_;
   Buffer<std::int32_t> slot_token_;  ///< [layers][requests][hot]
   Buffer<std::int32_t> lru_;         ///< [layers][requests][hot]
+  Buffer<std::uint32_t> resident_;   ///< [layers][requests][resident_words()]
   Buffer<std::uint8_t> rows_;        ///< [layers][requests][hot + 1][row_stride]
 };
 

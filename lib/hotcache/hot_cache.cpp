@@ -42,7 +42,8 @@ HotCache::HotCache(const HotCacheConfig& config)
       pool_(
           {config_.requests, config_.layers, config_.capacity, config_.row_bytes, config_.padding},
           config_.backend),
-      hot_({config_.requests, config_.layers, config_.hot, pool_.row_stride()}, config_.backend) {
+      hot_({config_.requests, config_.layers, config_.hot, pool_.row_stride(), config_.capacity},
+           config_.backend) {
   HISPARSE_FUNC_RANGE();
   const auto rows = static_cast<std::size_t>(config_.max_batch);
   const auto plan = rows * static_cast<std::size_t>(config_.top_k);
@@ -52,6 +53,7 @@ HotCache::HotCache(const HotCacheConfig& config)
   plan_fetched_ = Buffer<std::int32_t>::device(rows, config_.backend, "swap-in miss plan");
   plan_ready_ = Buffer<std::int32_t>::device(rows + 1, config_.backend, "swap-in miss plan");
   zero_bytes(plan_ready_.device_data(), plan_ready_.bytes(), config_.backend);
+  plan_entry_slot_ = Buffer<std::int32_t>::device(plan, config_.backend, "swap-in miss plan");
   stats_ = Buffer<std::int32_t>::pinned(2 * rows, config_.backend, "swap-in statistics");
   std::fill_n(stats_.host_data(), 2 * rows, 0);
 #if HISPARSE_WITH_CUDA
@@ -105,9 +107,12 @@ kernels::SwapInArgs HotCache::kernel_args(int layer, const SwapInStep& step) con
   a.copy_bytes = pool_.copy_bytes();
   a.physical_rows = step.physical_rows;
   a.stats = stats_.device_data();
-  a.plan = {plan_count_.device_data(), plan_slot_.device_data(), plan_token_.device_data(),
+  a.plan = {plan_count_.device_data(),
+            plan_slot_.device_data(),
+            plan_token_.device_data(),
             config_.fetch_in_resolve ? plan_fetched_.device_data() : nullptr,
-            config_.early_handoff ? plan_ready_.device_data() : nullptr};
+            config_.early_handoff ? plan_ready_.device_data() : nullptr,
+            config_.speculative_gather ? plan_entry_slot_.device_data() : nullptr};
   a.batch = step.batch;
   a.top_k = config_.top_k;
   a.hot = config_.hot;

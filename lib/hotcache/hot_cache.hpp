@@ -36,6 +36,11 @@ struct HotCacheConfig {
   /// soon as they are numbered (MissPlan::ready); false: it waits for the whole resolve. Results
   /// identical.
   bool early_handoff = true;
+  /// CUDA, with the early hand-off: the copy kernel loads the host rows of the selected tokens
+  /// that the residency bitmap calls not resident as soon as it starts, before the resolve has
+  /// found the misses (MissPlan::entry_slot). false: it waits for the resolve's miss list.
+  /// Results identical.
+  bool speculative_gather = true;
 };
 
 /// One step's inputs and output for one layer. Pointers are device memory on the CUDA backend
@@ -98,12 +103,13 @@ class HotCache {
   HotCacheConfig config_;
   HostKvPool pool_;
   HotBuffer hot_;
-  Buffer<std::int32_t> plan_count_;    ///< [max_batch]
-  Buffer<std::int32_t> plan_slot_;     ///< [max_batch][top_k]
-  Buffer<std::int32_t> plan_token_;    ///< [max_batch][top_k]
-  Buffer<std::int32_t> plan_fetched_;  ///< [max_batch]: rows the resolve fetched itself
-  Buffer<std::int32_t> plan_ready_;    ///< [max_batch + 1]: early hand-off flags, zeroed
-  Buffer<std::int32_t> stats_;         ///< [max_batch][2], pinned: read on the host after a sync
+  Buffer<std::int32_t> plan_count_;       ///< [max_batch]
+  Buffer<std::int32_t> plan_slot_;        ///< [max_batch][top_k]
+  Buffer<std::int32_t> plan_token_;       ///< [max_batch][top_k]
+  Buffer<std::int32_t> plan_fetched_;     ///< [max_batch]: rows the resolve fetched itself
+  Buffer<std::int32_t> plan_ready_;       ///< [max_batch + 1]: early hand-off flags, zeroed
+  Buffer<std::int32_t> plan_entry_slot_;  ///< [max_batch][top_k]: slot of each first miss, or -1
+  Buffer<std::int32_t> stats_;            ///< [max_batch][2], pinned: read on the host after a sync
 };
 
 }  // namespace hisparse

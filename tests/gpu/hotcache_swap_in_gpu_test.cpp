@@ -40,6 +40,9 @@ struct Shape {
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
   bool fetch_in_resolve = true;  ///< MissPlan::fetched
   bool early_handoff = false;    ///< MissPlan::ready
+  /// A residency bitmap and MissPlan::entry_slot (kept on every path; with early_handoff the
+  /// copy kernel gathers speculatively).
+  bool speculate = false;
 };
 
 std::string describe(const Shape& s) {
@@ -50,7 +53,8 @@ std::string describe(const Shape& s) {
          std::to_string(s.copy_blocks) + " sort_misses_from " + std::to_string(s.sort_misses_from) +
          " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk) +
          (s.resolve == kernels::ResolvePath::hash ? " resolve hash" : " resolve direct") +
-         (s.fetch_in_resolve ? " fetch_in_resolve" : "") + (s.early_handoff ? " early" : "");
+         (s.fetch_in_resolve ? " fetch_in_resolve" : "") + (s.early_handoff ? " early" : "") +
+         (s.speculate ? " speculate" : "");
 }
 
 template <class T>
@@ -89,6 +93,12 @@ class Harness {
       rows_[i] = static_cast<std::uint8_t>(random_bits(seed + 1, i));
     seq_.resize(req);
     for (int r = 0; r < s.requests; ++r) init_request(r);
+    words_ = static_cast<std::size_t>((s.capacity + 31) / 32);
+    resident_.assign(s.speculate ? req * words_ : 0, 0u);
+    for (std::size_t i = 0; i < resident_.size() / words_ * static_cast<std::size_t>(s.hot); ++i)
+      if (const std::int32_t t = slot_token_[i]; t >= 0)
+        resident_[i / static_cast<std::size_t>(s.hot) * words_ +
+                  static_cast<std::size_t>(t) / 32] |= 1u << (t % 32);
 
     d_slot_ = Buffer<std::int32_t>::device(tables, Backend::cuda, "slot");
     d_lru_ = Buffer<std::int32_t>::device(tables, Backend::cuda, "lru");
@@ -110,6 +120,11 @@ class Harness {
         Buffer<std::int32_t>::device(static_cast<std::size_t>(s.batch), Backend::cuda, "fetched");
     d_ready_ = Buffer<std::int32_t>::device(static_cast<std::size_t>(s.batch) + 1, Backend::cuda,
                                             "ready flags");
+    d_entry_slot_ = Buffer<std::int32_t>::device(entries, Backend::cuda, "entry slot");
+    d_resident_ = Buffer<std::uint32_t>::device(std::max<std::size_t>(resident_.size(), 1),
+                                                Backend::cuda, "resident");
+    if (s.speculate) upload(d_resident_, resident_);
+    entry_slot_.resize(entries);
     upload(d_ready_, std::vector<std::int32_t>(d_ready_.size(), 0));
     upload(d_slot_, slot_token_);
     upload(d_lru_, lru_);
@@ -213,9 +228,16 @@ class Harness {
                      s_.row_stride};
       a.physical_rows = d_out_.device_data();
       a.stats = d_stats_.device_data();
-      a.plan = {d_count_.device_data(), d_plan_slot_.device_data(), d_plan_token_.device_data(),
+      a.plan = {d_count_.device_data(),
+                d_plan_slot_.device_data(),
+                d_plan_token_.device_data(),
                 s_.fetch_in_resolve ? d_fetched_.device_data() : nullptr,
-                s_.early_handoff ? d_ready_.device_data() : nullptr};
+                s_.early_handoff ? d_ready_.device_data() : nullptr,
+                s_.speculate ? d_entry_slot_.device_data() : nullptr};
+      if (s_.speculate) {
+        a.hot_buffer.resident = d_resident_.device_data();
+        a.hot_buffer.resident_words = words_;
+      }
     } else {
       a.selected = sel_.data();
       a.seq_lens = s_.int64_lens ? static_cast<const void*>(lens64_.data()) : lens32_.data();
@@ -227,6 +249,11 @@ class Harness {
       a.physical_rows = out_.data();
       a.stats = stats_.data();
       a.plan = {count_.data(), plan_slot_.data(), plan_token_.data()};
+      if (s_.speculate) {
+        a.plan.entry_slot = entry_slot_.data();
+        a.hot_buffer.resident = resident_.data();
+        a.hot_buffer.resident_words = words_;
+      }
     }
     return a;
   }
@@ -272,6 +299,10 @@ class Harness {
     }
     ASSERT_EQ(download(d_slot_), slot_token_) << ctx;
     ASSERT_EQ(download(d_lru_), lru_) << ctx;
+    if (s_.speculate) {
+      ASSERT_EQ(download(d_entry_slot_), entry_slot_) << ctx;
+      ASSERT_EQ(download(d_resident_), resident_) << ctx << ": residency bitmaps differ";
+    }
     ASSERT_TRUE(download(d_rows_) == rows_) << ctx << ": hot-buffer bytes differ";
     // The early hand-off's flags are back to zero for the next call (the last copy block resets
     // them), whichever batch the call had.
@@ -294,6 +325,12 @@ class Harness {
     return h;
   }
   [[nodiscard]] bool pool_unchanged() const { return checksum() == pool_checksum_; }
+  /// Overwrites the residency bitmap with random words on both sides: a stale hint must cost
+  /// time only (the swap-in then keeps both in step from the same wrong start).
+  void scramble_resident() {
+    for (auto& w : resident_) w = static_cast<std::uint32_t>(rng_.below(1ull << 32));
+    upload(d_resident_, resident_);
+  }
   Rng& rng() { return rng_; }
   [[nodiscard]] const Shape& shape() const { return s_; }
 
@@ -306,10 +343,14 @@ class Harness {
       plan_slot_, plan_token_;
   std::vector<std::int64_t> lens64_, seq_;
   std::vector<std::uint8_t> rows_;
+  std::vector<std::int32_t> entry_slot_;
+  std::vector<std::uint32_t> resident_;
+  std::size_t words_ = 0;
   std::int32_t real_ = 0;
   int fetched_rows_ = 0;
   Buffer<std::int32_t> d_slot_, d_lru_, d_sel_, d_real_, d_remap_, d_out_, d_stats_, d_count_,
-      d_plan_slot_, d_plan_token_, d_fetched_, d_ready_;
+      d_plan_slot_, d_plan_token_, d_fetched_, d_ready_, d_entry_slot_;
+  Buffer<std::uint32_t> d_resident_;
   Buffer<std::int64_t> d_lens_;
   Buffer<std::uint8_t> d_rows_;
 };
@@ -335,10 +376,11 @@ Shape random_shape(Rng& rng) {
       rng.below(4) == 0 ? 1 + static_cast<int>(rng.below(8)) : static_cast<int>(rng.below(2)) - 1;
   s.fetch_in_resolve = rng.below(4) != 0;
   s.early_handoff = rng.below(2) == 0;
+  s.speculate = rng.below(3) != 0;
   return s;
 }
 
-void run_steps(Harness& h, int steps, const std::string& label) {
+void run_steps(Harness& h, int steps, const std::string& label, bool scramble_hint = false) {
   Stream stream(Backend::cuda);
   for (int step = 0; step < steps; ++step) {
     const int real =
@@ -347,6 +389,7 @@ void run_steps(Harness& h, int steps, const std::string& label) {
             : h.shape().batch;
     h.make_step(real);
     h.upload_inputs();
+    if (scramble_hint) h.scramble_resident();
     kernels::launch_swap_in(h.args(true), stream.native());
     stream.synchronize();
     h.run_twin();
@@ -501,6 +544,40 @@ TEST(HotcacheSwapInGpu, LargeSelectionNeedsTheSharedMemoryOptIn) {
   wide.capacity = 600;
   Harness h(wide, 99);
   run_steps(h, 8, "batch 100");
+#endif
+}
+
+TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // The design point (top_k 2048, hot 4096, 656-B rows) at batch 1-7, where the early hand-off
+  // lets the copy kernel load the rows the residency bitmap calls not resident before the
+  // resolve has found the misses; then a correct bitmap (every guess right) and a scrambled one
+  // (guesses wrong both ways: rows loaded for hits, misses fetched late) give the same bytes.
+  for (int batch : {1, 3, 7})
+    for (bool scramble : {false, true}) {
+      Shape s;
+      s.requests = batch + 1;
+      s.batch = batch;
+      s.top_k = 2048;
+      s.hot = 4096;
+      s.row_bytes = s.row_stride = 656;
+      s.capacity = s.hot + 3 * s.top_k + 64;
+      s.early_handoff = true;
+      s.speculate = true;
+      Harness h(s, 60 + static_cast<std::uint64_t>(batch));
+      run_steps(h, 5, "batch " + std::to_string(batch) + (scramble ? " scrambled hint" : ""),
+                scramble);
+      if (HasFatalFailure()) return;
+    }
+  Rng rng(123);  // random shapes with the speculative gather on, the hint scrambled every step
+  for (int config = 0; config < 40; ++config) {
+    Shape s = random_shape(rng);
+    s.early_handoff = s.speculate = true;
+    Harness h(s, 700 + static_cast<std::uint64_t>(config));
+    run_steps(h, 8, "random config " + std::to_string(config), config % 2 == 1);
+    if (HasFatalFailure()) return;
+  }
 #endif
 }
 
@@ -665,6 +742,7 @@ void hot_cache_on_cuda_matches_cpu([[maybe_unused]] kernels::ResolvePath resolve
     for (int r = 0; r < 3; ++r) {
       ASSERT_EQ(cpu.hot_buffer().slot_tokens(layer, r), gpu.hot_buffer().slot_tokens(layer, r));
       ASSERT_EQ(cpu.hot_buffer().lru_order(layer, r), gpu.hot_buffer().lru_order(layer, r));
+      ASSERT_EQ(cpu.hot_buffer().resident_bits(layer, r), gpu.hot_buffer().resident_bits(layer, r));
       for (int slot = 0; slot < c.hot; ++slot)
         ASSERT_EQ(cpu.hot_buffer().row(layer, r, slot), gpu.hot_buffer().row(layer, r, slot));
     }

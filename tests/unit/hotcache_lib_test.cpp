@@ -113,6 +113,11 @@ TEST(HotcacheCache, AdmitThenSwapInThroughTheCpuBackend) {
   EXPECT_EQ(cache.hot_buffer().slot_tokens(1, 0), (V{17, 1, 2, 3}));
   EXPECT_EQ(cache.hot_buffer().lru_order(1, 0), (V{1, 3, 0, 2}));
   EXPECT_EQ(cache.hot_buffer().slot_tokens(0, 0), (V{0, 1, 2, 3}));  // other layer untouched
+  // The residency bitmap (one bit per token of the capacity): admit set tokens 0..3; the swap-in
+  // moved token 0 out and 17 in on layer 1 only.
+  using Bits = std::vector<std::uint32_t>;
+  EXPECT_EQ(cache.hot_buffer().resident_bits(0, 0), (Bits{0xfu, 0u}));
+  EXPECT_EQ(cache.hot_buffer().resident_bits(1, 0), (Bits{0xeu | (1u << 17), 0u}));
   EXPECT_EQ(cache.hot_buffer().newest_slot(30), 4);
   EXPECT_EQ(cache.hot_buffer().newest_slot(3), 2);
 }

@@ -81,6 +81,12 @@ struct Twin {
     a.physical_rows = physical.data();
     a.stats = stats.data();
     a.plan = {count.data(), plan_slot.data(), plan_token.data()};
+    if (!resident.empty()) {  // the residency bitmap and entry slots are kept
+      entry_slot.assign(plan_slot.size(), 99);
+      a.plan.entry_slot = entry_slot.data();
+      a.hot_buffer.resident = resident.data();
+      a.hot_buffer.resident_words = resident.size() / static_cast<std::size_t>(requests);
+    }
     a.batch = batch;
     a.top_k = top_k;
     a.hot = hot;
@@ -94,6 +100,8 @@ struct Twin {
       remap, lens32;
   std::vector<std::int64_t> lens64;
   std::vector<std::uint8_t> rows, pool;
+  std::vector<std::int32_t> entry_slot;
+  std::vector<std::uint32_t> resident;  ///< [requests][words]; empty: not kept
   std::int32_t real = 0;
 };
 
@@ -110,6 +118,24 @@ TEST(HotcacheSwapInRef, HitsRefreshLruWithoutIo) {
   EXPECT_EQ(t.rows, rows_before);
   EXPECT_EQ(t.stats, (V{2, 0}));
   EXPECT_EQ(t.count, (V{0}));
+}
+
+TEST(HotcacheSwapInRef, ResidencyBitmapAndEntrySlotsFollowTheMisses) {
+  Twin t(1, 4, 5);
+  t.fill(0, {10, 11, 12, 13});
+  t.resident = {(1u << 10) | (1u << 11) | (1u << 12) | (1u << 13), 0u};  // tokens 0..63
+  // 99 is the newest, 11 a hit; misses 50 (first at entry 0, again at 3) and 60 take the
+  // evictable slots 0 and 2 (LRU order 0, 2, 3): tokens 10 and 12 leave, 50 and 60 arrive.
+  t.run({50, 11, 60, 50, 99}, {100});
+  EXPECT_EQ(t.entry_slot, (V{0, -1, 2, -1, -1}));  // first occurrences of misses only
+  EXPECT_EQ(t.resident, (std::vector<std::uint32_t>{(1u << 11) | (1u << 13),
+                                                    (1u << (50 - 32)) | (1u << (60 - 32))}));
+  t.run({50, 11, 60, 50, 99}, {100}, 0);  // a padding row: every entry -1, the bitmap kept
+  EXPECT_EQ(t.entry_slot, (V{-1, -1, -1, -1, -1}));
+  EXPECT_EQ(t.resident[1], (1u << (50 - 32)) | (1u << (60 - 32)));
+  t.run({70, 1, 2, -1, 99}, {4});  // a short row (seq_len <= hot): no misses, nothing changes
+  EXPECT_EQ(t.entry_slot, (V{-1, -1, -1, -1, -1}));
+  EXPECT_EQ(t.resident[0], (1u << 11) | (1u << 13));
 }
 
 TEST(HotcacheSwapInRef, HitsKeepTheirPreviousRelativeOrder) {

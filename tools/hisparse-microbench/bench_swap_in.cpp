@@ -8,7 +8,8 @@
 // swap_in_phases (per-phase time inside the resolve block, from the kernel's phase stamps) and
 // swap_in_fetch/.../fetch:0|1 (few misses fetched by the resolve block, MissPlan::fetched) and
 // swap_in_stride/.../stride:<bytes> (host rows padded to 128-byte lines) and
-// swap_in_early/.../early:0|1 (the copy's early hand-off, MissPlan::ready).
+// swap_in_early/.../early:0|1 (the copy's early hand-off, MissPlan::ready) and
+// swap_in_spec/.../spec:0|1 (the copy's speculative gather from the residency bitmap).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -66,6 +67,7 @@ struct SwapInCase {
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
   bool fetch_in_resolve = true;  ///< MissPlan::fetched (the library default)
   bool early_handoff = true;     ///< MissPlan::ready (the library default)
+  bool speculate = true;         ///< residency bitmap + MissPlan::entry_slot (the library default)
   bool phases = false;  ///< record the resolve kernel's phase stamps (block 0) and report them
   /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
   /// no real rows (every row only writes -1).
@@ -128,6 +130,14 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
       }
     }
 
+  // Residency bitmap: tokens 0..hot-1 are resident (slot s holds token s).
+  const std::size_t words = (static_cast<std::size_t>(kContext) + 31) / 32;
+  std::vector<std::uint32_t> resident(batch * words, 0u);
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t t = 0; t < hot; ++t) resident[b * words + t / 32] |= 1u << (t % 32);
+  auto d_resident0 = device_copy(resident, "residency snapshot");
+  auto d_resident = device_copy(resident, "residency bitmap");
+  auto d_entry_slot = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "entry slots");
   auto d_slot0 = device_copy(slot_token, "slot table snapshot");
   auto d_lru0 = device_copy(lru, "LRU snapshot");
   auto d_slot = device_copy(slot_token, "slot table");
@@ -158,9 +168,16 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   auto d_fetched =
       Buffer<std::int32_t>::device(static_cast<std::size_t>(c.batch), Backend::cuda, "fetched");
   auto d_ready = device_copy(std::vector<std::int32_t>(batch + 1, 0), "ready flags");
-  a.plan = {d_count.device_data(), d_plan_slot.device_data(), d_plan_token.device_data(),
+  a.plan = {d_count.device_data(),
+            d_plan_slot.device_data(),
+            d_plan_token.device_data(),
             c.fetch_in_resolve ? d_fetched.device_data() : nullptr,
-            c.early_handoff ? d_ready.device_data() : nullptr};
+            c.early_handoff ? d_ready.device_data() : nullptr,
+            c.speculate ? d_entry_slot.device_data() : nullptr};
+  if (c.speculate) {
+    a.hot_buffer.resident = d_resident.device_data();
+    a.hot_buffer.resident_words = words;
+  }
   a.batch = c.batch;
   a.top_k = kTopK;
   a.hot = c.hot;
@@ -200,6 +217,9 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
     HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_slot.device_data(), d_slot0.device_data(), table_bytes,
                                         cudaMemcpyDeviceToDevice, stream.native()));
     HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_lru.device_data(), d_lru0.device_data(), table_bytes,
+                                        cudaMemcpyDeviceToDevice, stream.native()));
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(d_resident.device_data(), d_resident0.device_data(),
+                                        resident.size() * sizeof(std::uint32_t),
                                         cudaMemcpyDeviceToDevice, stream.native()));
     // Timing the copy alone: this selection's plan comes from an untimed resolve (which touches
     // no host memory, so the host pages stay as cold as in a full call).
@@ -385,6 +405,15 @@ bool register_swap_in() {
         SwapInCase c{16, batch, 4096, 656, miss};
         c.early_handoff = early;
         register_case(case_name("swap_in_early", c) + fmt::format("/early:{}", early ? 1 : 0), c);
+      }
+  // The copy kernel loading the rows the residency bitmap calls not resident as soon as it starts
+  // (spec:1, the default with the early hand-off) or after the resolve has listed the misses.
+  for (int batch : {1, 4, 7})
+    for (double miss : {0.001, 0.01, 0.2, 1.0})
+      for (bool spec : {false, true}) {
+        SwapInCase c{16, batch, 4096, 656, miss};
+        c.speculate = spec;
+        register_case(case_name("swap_in_spec", c) + fmt::format("/spec:{}", spec ? 1 : 0), c);
       }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
   // (0: the size that gives each block at most one chunk; else a fixed size).
