@@ -32,13 +32,13 @@ HotBufferShape checked(const HotBufferShape& s) {
 
 HotBuffer::HotBuffer(const HotBufferShape& shape, Backend backend)
     : shape_(checked(shape)), backend_(backend) {
-  const std::size_t tables = static_cast<std::size_t>(shape_.layers) * shape_.requests * shape_.hot;
+  const std::size_t pairs = table_index(shape_.layers, 0);  // (layer, request) pairs
+  const std::size_t tables = pairs * static_cast<std::size_t>(shape_.hot);
   slot_token_ = Buffer<std::int32_t>::device(tables, backend, "hot buffer slot table");
   lru_ = Buffer<std::int32_t>::device(tables, backend, "hot buffer LRU order");
   if (shape_.capacity > 0)
-    resident_ = Buffer<std::uint32_t>::device(
-        tables / static_cast<std::size_t>(shape_.hot) * resident_words(), backend,
-        "hot buffer residency bitmap");
+    resident_ = Buffer<std::uint32_t>::device(pairs * resident_words(), backend,
+                                              "hot buffer residency bitmap");
   rows_ = Buffer<std::uint8_t>::device(static_cast<std::size_t>(shape_.layers) * shape_.requests *
                                            (shape_.hot + 1) * shape_.row_stride,
                                        backend, "hot buffer rows");
@@ -54,11 +54,6 @@ std::size_t HotBuffer::bytes() const noexcept {
 
 std::size_t HotBuffer::bytes_per_request() const noexcept {
   return bytes() / static_cast<std::size_t>(shape_.requests);
-}
-
-std::size_t HotBuffer::table_offset(int layer, int request) const noexcept {
-  return (static_cast<std::size_t>(layer) * shape_.requests + static_cast<std::size_t>(request)) *
-         shape_.hot;
 }
 
 kernels::HotBufferView HotBuffer::layer_view(int layer) const {

@@ -64,12 +64,19 @@ class HotBuffer {
 
  private:
   void fill_tables(int request, bool identity);
-  [[nodiscard]] std::size_t table_offset(int layer, int request) const noexcept;
+  /// Index of (layer, request) among the per-(layer, request) tables, layer-major.
+  [[nodiscard]] std::size_t table_index(int layer, int request) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.requests) +
+           static_cast<std::size_t>(request);
+  }
+  [[nodiscard]] std::size_t table_offset(int layer, int request) const noexcept {
+    return table_index(layer, request) * static_cast<std::size_t>(shape_.hot);
+  }
   [[nodiscard]] std::size_t resident_words() const noexcept {
     return static_cast<std::size_t>((shape_.capacity + 31) / 32);
   }
   [[nodiscard]] std::size_t resident_offset(int layer, int request) const noexcept {
-    return table_offset(layer, request) / static_cast<std::size_t>(shape_.hot) * resident_words();
+    return table_index(layer, request) * resident_words();
   }
 
   HotBufferShape shape_;
