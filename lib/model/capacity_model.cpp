@@ -131,6 +131,9 @@ RequestFootprint CapacityModel::footprint(Mode mode, const CapacityQuery& q) con
   const Size kv_rows = row * layers * L;
   const Size index_keys = m.index_key_bytes() * sz(indexer_layer_count(m)) * L;
   const Size hot_rows = row * (hot + 1) * layers;  // + the reserved newest-token slot
+  // Per layer, HotBuffer's tables: slot -> token and LRU order (4 B per slot each) and the
+  // residency bitmap (one bit per token, in 32-bit words).
+  const Size hot_tables = (8 * hot + 4 * ((L + 31) / 32)) * layers;
   // Fathom store: 4 bit planes per channel (head_dim / 2 B) + an fp16 scale per 64-token block
   // and channel (head_dim / 32 B): 68 B per token per KV head at head_dim 128.
   const Size plane_bytes = m.is_mla() ? 0
@@ -148,6 +151,7 @@ RequestFootprint CapacityModel::footprint(Mode mode, const CapacityQuery& q) con
     case Mode::hisparse:
       f.gpu_breakdown["index_keys"] = index_keys;
       f.gpu_breakdown["hot_buffer"] = hot_rows;
+      f.gpu_breakdown["hot_tables"] = hot_tables;
       f.host_breakdown["kv_rows"] = kv_rows;
       break;
     case Mode::fathom:
@@ -158,6 +162,7 @@ RequestFootprint CapacityModel::footprint(Mode mode, const CapacityQuery& q) con
     case Mode::hisparse_fathom:
       f.gpu_breakdown["planes"] = plane_bytes;
       f.gpu_breakdown["hot_buffer"] = hot_rows;
+      f.gpu_breakdown["hot_tables"] = hot_tables;
       f.host_breakdown["kv_rows"] = kv_rows;
       break;
   }

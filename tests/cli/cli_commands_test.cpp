@@ -49,7 +49,10 @@ TEST(CliCommands, PlanGlmMatchesHandArithmetic) {
   EXPECT_LT(weights, 120e9);
   const double free_for_kv = gpu - weights - j["activation_reserve_bytes"].get<double>();
   const std::int64_t full = std::int64_t{1152 + 132} * 78 * 131072;  // 13,127,122,944
-  const std::int64_t hot = std::int64_t{132} * 78 * 131072 + std::int64_t{1152} * 4097 * 78;
+  // Index keys, hot rows, and per layer the slot table + LRU order (8 B x 4096) and the residency
+  // bitmap (131072 / 8 B).
+  const std::int64_t hot = std::int64_t{132} * 78 * 131072 + std::int64_t{1152} * 4097 * 78 +
+                           std::int64_t{8 * 4096 + 131072 / 8} * 78;
   const std::int64_t host = std::int64_t{1152} * 78 * 131072;
   int seen = 0;
   const nlohmann::json modes = j["modes"];
@@ -62,7 +65,7 @@ TEST(CliCommands, PlanGlmMatchesHandArithmetic) {
       ++seen;
     }
     if (mode == "hisparse") {
-      EXPECT_EQ(row["gpu_bytes_per_request"].get<std::int64_t>(), hot);  // 1,717,657,344
+      EXPECT_EQ(row["gpu_bytes_per_request"].get<std::int64_t>(), hot);  // 1,721,491,200
       EXPECT_EQ(row["host_bytes_per_request"].get<std::int64_t>(), host);
       EXPECT_EQ(row["max_concurrency"].get<std::int64_t>(),
                 static_cast<std::int64_t>(std::floor(free_for_kv / static_cast<double>(hot))));
@@ -77,7 +80,7 @@ TEST(CliCommands, PlanTableShowsBytesPerMode) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("GPU bytes/request"), std::string::npos);
   EXPECT_NE(r.output.find("13127122944 (12.23 GiB)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("1717657344 (1.60 GiB)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1721491200 (1.60 GiB)"), std::string::npos) << r.output;
 }
 
 TEST(CliCommands, PlanRejectsBadInput) {

@@ -35,7 +35,9 @@ TEST(CapacityModel, GlmHiSparseKeepsRowsOnTheHost) {
   const RequestFootprint f = cap.footprint(Mode::hisparse, glm_query());
   EXPECT_EQ(f.gpu_breakdown.at("hot_buffer"), 368'140'032u);  // 1152 x 4097 x 78
   EXPECT_EQ(f.gpu_breakdown.at("index_keys"), 1'349'517'312u);
-  EXPECT_EQ(f.gpu_bytes, 368'140'032u + 1'349'517'312u);
+  // Slot table + LRU order (8 B x 4096) and residency bitmap (131072 / 8 B) per layer.
+  EXPECT_EQ(f.gpu_breakdown.at("hot_tables"), (32'768u + 16'384u) * 78);
+  EXPECT_EQ(f.gpu_bytes, 368'140'032u + 1'349'517'312u + 3'833'856u);
   EXPECT_EQ(f.host_bytes, 11'777'605'632u);  // 1152 x 78 x 131072
   // hot_buffer 0 means 2 x top_k.
   CapacityQuery q = glm_query();
@@ -71,7 +73,9 @@ TEST(CapacityModel, QwenFathomPlanesAre68BytesPerTokenPerKvHead) {
   EXPECT_EQ(f.host_bytes, std::size_t{4096} * 36 * 32768);
   const RequestFootprint hf = cap.footprint(Mode::hisparse_fathom, q);
   EXPECT_EQ(hf.gpu_breakdown.at("hot_buffer"), std::size_t{4096} * 1025 * 36);
-  EXPECT_EQ(hf.gpu_bytes, std::size_t{68} * 8 * 36 * 32768 + std::size_t{4096} * 1025 * 36);
+  EXPECT_EQ(hf.gpu_breakdown.at("hot_tables"), std::size_t{8 * 1024 + 4096} * 36);
+  EXPECT_EQ(hf.gpu_bytes, std::size_t{68} * 8 * 36 * 32768 + std::size_t{4096} * 1025 * 36 +
+                              std::size_t{8 * 1024 + 4096} * 36);
 }
 
 TEST(CapacityModel, PlanFloorsTheFreeMemoryOverTheRequest) {
