@@ -89,7 +89,7 @@ TEST(CapacityModel, PlanFloorsTheFreeMemoryOverTheRequest) {
   EXPECT_EQ(rows[0].max_concurrency, static_cast<std::int64_t>(free / 13'127'122'944.0));
   EXPECT_EQ(rows[0].max_concurrency, 1);
   EXPECT_EQ(rows[2].footprint.mode, Mode::hisparse);
-  EXPECT_EQ(rows[2].max_concurrency, static_cast<std::int64_t>(free / 1'717'657'344.0));
+  EXPECT_EQ(rows[2].max_concurrency, static_cast<std::int64_t>(free / 1'721'491'200.0));
   EXPECT_EQ(rows[2].max_concurrency, 14);
   EXPECT_EQ(rows[2].limited_by, "gpu");
   // A host budget for 10 requests' rows limits hisparse to 10.
