@@ -1077,11 +1077,21 @@ std::size_t old_token_bytes(int hot) {
   return (4 * static_cast<std::size_t>(hot) + 15) / 16 * 16;
 }
 
-// Speculative gather: with the early hand-off, an entry_slot array, a residency bitmap and a
-// selection of one tile (entry_slot is then written straight after the LRU walk).
+// Blocks of the copy kernel: SwapInArgs::copy_blocks, or from the SM count and the batch.
+int copy_grid(const SwapInArgs& a) {
+  if (a.copy_blocks > 0) return a.copy_blocks;
+  int device = 0, sms = 0;
+  HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
+  HISPARSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms * (a.batch >= cfg::kLargeBatch ? cfg::kCopyGridPerSmLarge : cfg::kCopyBlocksPerSm);
+}
+
+// Speculative gather: with the early hand-off, an entry_slot array, a residency bitmap, a
+// selection of one tile (entry_slot is then written straight after the LRU walk) and at least
+// one copy block per row (copy_speculative gives each block a share of one row).
 bool speculative(const SwapInArgs& a, bool early) {
   return early && a.plan.entry_slot != nullptr && a.hot_buffer.resident != nullptr &&
-         a.top_k <= cfg::kResolveThreads * cfg::kResolveItems;
+         a.top_k <= cfg::kResolveThreads * cfg::kResolveItems && copy_grid(a) >= a.batch;
 }
 
 ResolveShape resolve_shape(const SwapInArgs& a, bool early) {
@@ -1172,16 +1182,9 @@ void resolve_launch(const SwapInArgs& a, bool early, cudaStream_t stream) {
 void copy_launch(const SwapInArgs& args, bool early, cudaStream_t stream) {
   const bool spec = speculative(args, early);
   if (args.batch <= 0 || args.top_k <= 0) return;
-  const bool large = args.batch >= cfg::kLargeBatch;
   SwapInArgs a = args;
   if (a.copy_rows_per_chunk < 0) a.copy_rows_per_chunk = cfg::kCopyRowsPerChunk;
-  int blocks = a.copy_blocks;
-  if (blocks <= 0) {
-    int device = 0, sms = 0;
-    HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
-    HISPARSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    blocks = sms * (large ? cfg::kCopyGridPerSmLarge : cfg::kCopyBlocksPerSm);
-  }
+  const int blocks = copy_grid(a);
   switch (vector_width(a)) {
     case 16:
       launch_copy<16>(a, blocks, early, spec, stream);

@@ -570,6 +570,23 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
                 scramble);
       if (HasFatalFailure()) return;
     }
+  // A copy grid smaller than the batch cannot give every row a block: the plain early hand-off
+  // runs instead (2 blocks); with one block per row (5), each block takes its row's whole
+  // selection in passes of 128 entries.
+  for (int blocks : {2, 5}) {
+    Shape s;
+    s.requests = 6;
+    s.batch = 5;
+    s.top_k = 2048;
+    s.hot = 4096;
+    s.row_bytes = s.row_stride = 656;
+    s.capacity = s.hot + 3 * s.top_k + 64;
+    s.early_handoff = s.speculate = true;
+    s.copy_blocks = blocks;
+    Harness h(s, 90 + static_cast<std::uint64_t>(blocks));
+    run_steps(h, 4, "copy blocks " + std::to_string(blocks), true);
+    if (HasFatalFailure()) return;
+  }
   Rng rng(123);  // random shapes with the speculative gather on, the hint scrambled every step
   for (int config = 0; config < 40; ++config) {
     Shape s = random_shape(rng);
