@@ -42,7 +42,9 @@ HotCache::HotCache(const HotCacheConfig& config)
       pool_(
           {config_.requests, config_.layers, config_.capacity, config_.row_bytes, config_.padding},
           config_.backend),
-      hot_({config_.requests, config_.layers, config_.hot, pool_.row_stride(), config_.capacity},
+      // The residency bitmap only serves the speculative gather.
+      hot_({config_.requests, config_.layers, config_.hot, pool_.row_stride(),
+            config_.speculative_gather ? config_.capacity : 0},
            config_.backend) {
   HISPARSE_FUNC_RANGE();
   const auto rows = static_cast<std::size_t>(config_.max_batch);
@@ -53,7 +55,8 @@ HotCache::HotCache(const HotCacheConfig& config)
   plan_fetched_ = Buffer<std::int32_t>::device(rows, config_.backend, "swap-in miss plan");
   plan_ready_ = Buffer<std::int32_t>::device(rows + 1, config_.backend, "swap-in miss plan");
   zero_bytes(plan_ready_.device_data(), plan_ready_.bytes(), config_.backend);
-  plan_entry_slot_ = Buffer<std::int32_t>::device(plan, config_.backend, "swap-in miss plan");
+  if (config_.speculative_gather)
+    plan_entry_slot_ = Buffer<std::int32_t>::device(plan, config_.backend, "swap-in miss plan");
   stats_ = Buffer<std::int32_t>::pinned(2 * rows, config_.backend, "swap-in statistics");
   std::fill_n(stats_.host_data(), 2 * rows, 0);
 #if HISPARSE_WITH_CUDA

@@ -38,8 +38,9 @@ struct HotCacheConfig {
   bool early_handoff = true;
   /// CUDA, with the early hand-off: the copy kernel loads the host rows of the selected tokens
   /// that the residency bitmap calls not resident as soon as it starts, before the resolve has
-  /// found the misses (MissPlan::entry_slot). false: it waits for the resolve's miss list.
-  /// Results identical.
+  /// found the misses (MissPlan::entry_slot). false: it waits for the resolve's miss list, and
+  /// the hot buffer keeps no residency bitmap (capacity / 8 B per layer and request). Results
+  /// identical.
   bool speculative_gather = true;
 };
 

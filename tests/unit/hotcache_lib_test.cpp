@@ -118,6 +118,10 @@ TEST(HotcacheCache, AdmitThenSwapInThroughTheCpuBackend) {
   using Bits = std::vector<std::uint32_t>;
   EXPECT_EQ(cache.hot_buffer().resident_bits(0, 0), (Bits{0xfu, 0u}));
   EXPECT_EQ(cache.hot_buffer().resident_bits(1, 0), (Bits{0xeu | (1u << 17), 0u}));
+  // Without the speculative gather no bitmap is kept.
+  HotCacheConfig plain = small_config();
+  plain.speculative_gather = false;
+  EXPECT_TRUE(HotCache(plain).hot_buffer().resident_bits(0, 0).empty());
   EXPECT_EQ(cache.hot_buffer().newest_slot(30), 4);
   EXPECT_EQ(cache.hot_buffer().newest_slot(3), 2);
 }
