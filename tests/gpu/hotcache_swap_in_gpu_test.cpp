@@ -554,18 +554,21 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   // lets the copy kernel load the rows the residency bitmap calls not resident before the
   // resolve has found the misses; then a correct bitmap (every guess right) and a scrambled one
   // (guesses wrong both ways: rows loaded for hits, misses fetched late) give the same bytes.
+  auto design_point = [](int batch, int copy_blocks) {
+    Shape s;
+    s.requests = batch + 1;
+    s.batch = batch;
+    s.top_k = 2048;
+    s.hot = 4096;
+    s.row_bytes = s.row_stride = 656;
+    s.capacity = s.hot + 3 * s.top_k + 64;
+    s.early_handoff = s.speculate = true;
+    s.copy_blocks = copy_blocks;
+    return s;
+  };
   for (int batch : {1, 3, 7})
     for (bool scramble : {false, true}) {
-      Shape s;
-      s.requests = batch + 1;
-      s.batch = batch;
-      s.top_k = 2048;
-      s.hot = 4096;
-      s.row_bytes = s.row_stride = 656;
-      s.capacity = s.hot + 3 * s.top_k + 64;
-      s.early_handoff = true;
-      s.speculate = true;
-      Harness h(s, 60 + static_cast<std::uint64_t>(batch));
+      Harness h(design_point(batch, 0), 60 + static_cast<std::uint64_t>(batch));
       run_steps(h, 5, "batch " + std::to_string(batch) + (scramble ? " scrambled hint" : ""),
                 scramble);
       if (HasFatalFailure()) return;
@@ -574,16 +577,7 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   // runs instead (2 blocks); with one block per row (5), each block takes its row's whole
   // selection in passes of 128 entries.
   for (int blocks : {2, 5}) {
-    Shape s;
-    s.requests = 6;
-    s.batch = 5;
-    s.top_k = 2048;
-    s.hot = 4096;
-    s.row_bytes = s.row_stride = 656;
-    s.capacity = s.hot + 3 * s.top_k + 64;
-    s.early_handoff = s.speculate = true;
-    s.copy_blocks = blocks;
-    Harness h(s, 90 + static_cast<std::uint64_t>(blocks));
+    Harness h(design_point(5, blocks), 90 + static_cast<std::uint64_t>(blocks));
     run_steps(h, 4, "copy blocks " + std::to_string(blocks), true);
     if (HasFatalFailure()) return;
   }
