@@ -385,6 +385,7 @@ bool register_swap_in() {
     for (double miss : {0.001, 0.01, 0.2, 1.0})
       for (bool fetch : {false, true}) {
         SwapInCase c{16, batch, 4096, 656, miss};
+        c.speculate = false;  // the speculative gather turns the resolve's fetch off
         c.fetch_in_resolve = fetch;
         register_case(case_name("swap_in_fetch", c) + fmt::format("/fetch:{}", fetch ? 1 : 0), c);
       }
@@ -403,6 +404,7 @@ bool register_swap_in() {
     for (double miss : {0.001, 0.01, 0.2, 1.0})
       for (bool early : {false, true}) {
         SwapInCase c{16, batch, 4096, 656, miss};
+        c.speculate = false;  // the plain early hand-off (swap_in_spec compares the two)
         c.early_handoff = early;
         register_case(case_name("swap_in_early", c) + fmt::format("/early:{}", early ? 1 : 0), c);
       }
@@ -419,6 +421,7 @@ bool register_swap_in() {
   // (0: the size that gives each block at most one chunk; else a fixed size).
   auto tune = [](int batch, double miss, int sort, int per_sm, int rows) {
     SwapInCase c{16, batch, 4096, 656, miss};
+    c.speculate = false;  // the miss-plan copy's chunking (the speculative gather has none)
     c.sort_misses_from = sort;
     c.copy_blocks_per_sm = per_sm;
     c.copy_rows_per_chunk = rows;
