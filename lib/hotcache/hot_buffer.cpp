@@ -118,7 +118,7 @@ std::vector<std::int32_t> HotBuffer::lru_order(int layer, int request) const {
 }
 
 std::vector<std::uint32_t> HotBuffer::resident_bits(int layer, int request) const {
-  std::vector<std::uint32_t> v(shape_.capacity > 0 ? resident_words() : 0);
+  std::vector<std::uint32_t> v(resident_words());  // none without a capacity
   if (!v.empty())
     copy_bytes(v.data(), resident_.device_data() + resident_offset(layer, request), v.size() * 4,
                backend_);
