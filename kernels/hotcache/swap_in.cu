@@ -1216,7 +1216,9 @@ void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream) {
 void launch_swap_in(const SwapInArgs& a, cudaStream_t stream) {
   // The early hand-off pays where latency matters (small batch); at large batch the copy is
   // bound by host page translation and its blocks would only wait beside the resolve.
-  const bool early = a.plan.ready != nullptr && a.batch < cfg::kEarlyHandoffBelow;
+  const int early_below =
+      speculative(a, true) ? cfg::kSpeculativeGatherBelow : cfg::kEarlyHandoffBelow;
+  const bool early = a.plan.ready != nullptr && a.batch < early_below;
   resolve_launch(a, early, stream);
   copy_launch(a, early, stream);
 }

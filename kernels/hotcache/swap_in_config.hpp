@@ -47,6 +47,12 @@ inline constexpr int kResolveFetchBytes = 32 * 1024;
 /// swap_in_early: batch 8 / 0.1% 16.5 -> 23.1 us, batch 64 / 0.1% 19.7 -> 37.9 us, batch 64 /
 /// 20% 379 -> 393 us), while below it every case gains 0.5-2.5 us.
 inline constexpr int kEarlyHandoffBelow = kLargeBatch;
+/// With the speculative gather (a residency bitmap and MissPlan::entry_slot) the hand-off is
+/// used below this many rows instead: its blocks that guessed nothing leave at once. One H200
+/// session, early below 4096 against below 8: batch 8 16.1 -> 15.1 us (0.1%) and 61.4 -> 59.9 us
+/// (20%); batch 16 16.8 -> 17.5 us and 105.8 -> 106.2 us; batch 64 19.7 -> 31.9 us and 377 ->
+/// 456 us; batch 100 22.3 -> 42.9 us and 580 -> 908 us. Batch 8 is the last that gains.
+inline constexpr int kSpeculativeGatherBelow = kLargeBatch + 1;
 /// Largest batch the copy kernel's shared-memory chunk prefix holds.
 inline constexpr int kMaxBatch = 4096;
 

@@ -550,7 +550,7 @@ TEST(HotcacheSwapInGpu, LargeSelectionNeedsTheSharedMemoryOptIn) {
 TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
-  // The design point (top_k 2048, hot 4096, 656-B rows) at batch 1-7, where the early hand-off
+  // The design point (top_k 2048, hot 4096, 656-B rows) at batch 1-8, where the early hand-off
   // lets the copy kernel load the rows the residency bitmap calls not resident before the
   // resolve has found the misses; then a correct bitmap (every guess right) and a scrambled one
   // (guesses wrong both ways: rows loaded for hits, misses fetched late) give the same bytes.
@@ -566,7 +566,7 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
     s.copy_blocks = copy_blocks;
     return s;
   };
-  for (int batch : {1, 3, 7})
+  for (int batch : {1, 3, 7, 8})  // 8: the large copy grid (32 blocks per SM)
     for (bool scramble : {false, true}) {
       Harness h(design_point(batch, 0), 60 + static_cast<std::uint64_t>(batch));
       run_steps(h, 5, "batch " + std::to_string(batch) + (scramble ? " scrambled hint" : ""),
