@@ -78,6 +78,23 @@ __device__ __forceinline__ int hash_find(const std::int32_t* keys, std::uint32_t
   }
 }
 
+// Sequence length of batch row b (int32 or int64 per SwapInArgs::seq_lens_int64).
+__device__ __forceinline__ std::int64_t row_seq_len(const SwapInArgs& a, int b) {
+  return a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[b]
+                          : static_cast<const std::int32_t*>(a.seq_lens)[b];
+}
+
+// Copy blocks with a fixed block -> row map (at least one block per row): block k serves row
+// k % batch, as the row's (k / batch)-th of its `blocks` blocks.
+struct RowBlocks {
+  int row, index, blocks;
+};
+__device__ __forceinline__ RowBlocks row_blocks(int batch) {
+  const int k = static_cast<int>(blockIdx.x);
+  const int row = k % batch;
+  return {row, k / batch, (static_cast<int>(gridDim.x) - row + batch - 1) / batch};
+}
+
 __device__ __forceinline__ void write_row_stats(const SwapInArgs& a, int row, int hits, int misses,
                                                 bool fetched = false) {
   if (a.stats) {
@@ -185,6 +202,8 @@ struct ResolveShape {
 // Speculative gather: the rows of the misses the copy kernel did not guess (a stale residency
 // bit), copied by the resolve block itself once their slots are known, and their bits set.
 // Rare (the swap-in keeps the bitmap exact), so plainly: 16-B pieces when everything is aligned.
+// Its own loop rather than copy_rows: inlined here, copy_rows raised the speculative resolve's
+// spills from 8 to 40 bytes (ptxas, sm_90a), and as a called function to 180.
 __device__ __forceinline__ void fetch_late_rows(const SwapInArgs& a, int r, std::int32_t base,
                                                 const std::int32_t* late_token,
                                                 const std::int32_t* late_ordinal, int n_late,
@@ -291,8 +310,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   // Independent loads first (all sized by batch, so reading them for a padding row is safe).
   const int num_real = *a.num_real;
   const int r = a.request_of_row ? a.request_of_row[b] : b;
-  const std::int64_t seq_len = a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[b]
-                                                : static_cast<const std::int32_t*>(a.seq_lens)[b];
+  const std::int64_t seq_len = row_seq_len(a, b);
   std::int32_t sel0[kItems];
   load_items(sel, mine, top_k, sel0);
   auto sel_tile = [&](int t0, std::int32_t(&v)[kItems]) {
@@ -874,14 +892,13 @@ __device__ __forceinline__ void copy_speculative(const SwapInArgs& a) {
   const int batch = a.batch;
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
-  const int b = static_cast<int>(blockIdx.x) % batch;
-  const int n = (static_cast<int>(gridDim.x) - b + batch - 1) / batch;  // the row's blocks
-  const int per = (a.top_k + n - 1) / n;
-  const int first = static_cast<int>(blockIdx.x) / batch * per;
+  const RowBlocks share = row_blocks(batch);
+  const int b = share.row;
+  const int per = (a.top_k + share.blocks - 1) / share.blocks;
+  const int first = share.index * per;
   const int last = min(a.top_k, first + per);
   // Padding rows and short rows fetch nothing (uniform across the block).
-  const std::int64_t seq_len = a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[b]
-                                                : static_cast<const std::int32_t*>(a.seq_lens)[b];
+  const std::int64_t seq_len = row_seq_len(a, b);
   if (b >= *a.num_real || seq_len <= a.hot || first >= last) return;
   const int r = a.request_of_row ? a.request_of_row[b] : b;
   const std::int32_t* sel = a.selected + static_cast<std::size_t>(b) * a.top_k;
@@ -920,21 +937,17 @@ __device__ __forceinline__ void copy_speculative(const SwapInArgs& a) {
 
 // Copy blocks with the early hand-off, one block per row at least: a fixed map from blocks to
 // chunks, so that a block waits for its own row only and needs no prefix of every row's count.
-// Block k takes row k % batch and that row's chunks k / batch, k / batch + n, ... (n: the row's
-// blocks).
+// Each block takes its row's chunks index, index + blocks, ... (row_blocks).
 template <int W>
 __device__ __forceinline__ void copy_fixed_map(const SwapInArgs& a) {
-  const int batch = a.batch;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int grid = static_cast<int>(gridDim.x);
-  const int b = static_cast<int>(blockIdx.x) % batch;
-  const int n = (grid - b + batch - 1) / batch;
+  const RowBlocks share = row_blocks(a.batch);
+  const int b = share.row;
   const int r = a.request_of_row ? a.request_of_row[b] : b;  // read while the resolve runs
-  if (tid == 0) wait_ready(a.plan.ready + b, 1);  // the row's count and tokens are written
+  if (threadIdx.x == 0) wait_ready(a.plan.ready + b, 1);  // the row's count and tokens are written
   __syncthreads();
   const int count = a.plan.fetched && a.plan.fetched[b] ? 0 : a.plan.count[b];
   const int rows_per = a.copy_rows_per_chunk;
-  for (int c = static_cast<int>(blockIdx.x) / batch; c * rows_per < count; c += n)
+  for (int c = share.index; c * rows_per < count; c += share.blocks)
     copy_chunk<W>(a, b, r, c * rows_per, min(rows_per, count - c * rows_per), true);
 }
 
