@@ -395,6 +395,19 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     for (std::size_t w = 32 * static_cast<std::size_t>(tid); w < a.hot_buffer.resident_words;
          w += 32 * static_cast<std::size_t>(nt))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(resident + w));
+  // spec: the residency bit of this thread's entries, read now so that the misses phase does not
+  // wait for device memory. The copy kernel's guesses read the same values: no selected token's
+  // bit changes before the LRU walk (bits are set after ready 2, and cleared in the commit).
+  std::uint32_t my_bits = 0;  // bit j: entry mine + j is resident, or past the bitmap
+  if constexpr (kSpec) {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const std::int32_t pos = sel0[j];
+      if (pos >= 0 && pos < seq_len &&
+          (pos >= resident_tokens || ((__ldcg(resident + pos / 32) >> (pos % 32)) & 1u)))
+        my_bits |= 1u << j;
+    }
+  }
   auto* old_token = resident && shape.old_token_offset > 0
                         ? reinterpret_cast<std::int32_t*>(smem + shape.old_token_offset)
                         : nullptr;
@@ -523,11 +536,12 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   // block fetches itself after the LRU walk: tokens and ordinals at fetch_offset.
   auto* late_token = reinterpret_cast<std::int32_t*>(smem + fetch_offset);
   auto* late_ordinal = late_token + top_k;
-  for (int t0 = 0; t0 < top_k; t0 += tile) {
-    std::int32_t v[kItems];
-    sel_tile(t0, v);
-    int h[kItems];
-    bool miss[kItems];
+  // The parts of the misses phase and of the LRU walk (step 4) for one tile of entries / of the
+  // LRU order. A call of one tile each, without the two hand-overs that need the miss count
+  // before the numbering (hand_over_first, fetch), runs both in one phase with one block scan of
+  // packed counts: one barrier-separated phase fewer.
+  auto find_misses = [&](const std::int32_t(&v)[kItems], int t0, int(&h)[kItems],
+                         bool(&miss)[kItems]) {
     int count = 0;
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
@@ -542,28 +556,10 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
         count += miss[j] ? 1 : 0;
       }
     }
-    if (hand_over_first) {
-      const int inclusive = warp_inclusive_sum(count, lane);
-      int warp_first = 0;
-      if (lane == 31 && inclusive > 0) warp_first = atomicAdd(&scratch[68], inclusive);
-      my_entry = __shfl_sync(0xffffffffu, warp_first, 31) + inclusive - count;
-      int at = my_entry;
-#pragma unroll
-      for (int j = 0; j < kItems; ++j)
-        if (miss[j]) plan_token[at++] = v[j];
-      __syncthreads();
-      const int found = scratch[68];
-      fetch = fetch_rows > 0 && found <= fetch_rows;
-      if (!fetch && tid == 0) {
-        a.plan.count[b] = found;
-        if (a.plan.fetched) a.plan.fetched[b] = 0;
-        publish_ready(a, b, 1);
-      }
-    }
-    int total = 0;
-    int ordinal = n_miss + scan.exclusive_sum(count, total);
-    // (hand_over_first decided it above, from the same count, before the scan)
-    if (t0 == 0 && !hand_over_first) fetch = fetch_rows > 0 && top_k <= tile && total <= fetch_rows;
+    return count;
+  };
+  auto number_misses = [&](const std::int32_t(&v)[kItems], int t0, const int(&h)[kItems],
+                           const bool(&miss)[kItems], int ordinal) {
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       my_ordinal[j] = miss[j] ? ordinal : -1;
@@ -571,8 +567,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       // The copy kernel guessed this miss iff its bit was clear: nothing sets the bit before the
       // guessing block has read it (that block sets it once the row is stored), so both sides
       // see the value the call started with.
-      if (spec &&
-          (v[j] >= resident_tokens || ((__ldcg(resident + v[j] / 32) >> (v[j] % 32)) & 1u))) {
+      if (spec && ((my_bits >> j) & 1u)) {  // spec: one tile, so v is sel0
         const int k = atomicAdd(&scratch[69], 1);
         late_token[k] = v[j];
         late_ordinal[k] = ordinal;
@@ -588,7 +583,87 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
       }
       ++ordinal;
     }
-    n_miss += total;
+  };
+  auto find_evictable = [&](const std::int32_t(&v)[kItems], int t0, bool(&evictable)[kItems]) {
+    int count = 0;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int s = v[j];
+      evictable[j] = t0 + mine + j < hot && ((hit_bits[s >> 5] >> (s & 31)) & 1u) == 0;
+      count += evictable[j] ? 1 : 0;
+    }
+    return count;
+  };
+  // New order: untouched oldest first, then this step's misses, then the hits in their old order;
+  // the m-th evictable slot goes to the m-th miss. e: evictable slots before this thread's.
+  auto place_slots = [&](const std::int32_t(&v)[kItems], int t0, const bool(&evictable)[kItems],
+                         int e) {
+    const int n_evictable = hot - n_hit;
+    const int n_untouched = n_evictable - n_miss;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int p = t0 + mine + j;
+      if (p >= hot) continue;
+      const auto slot = static_cast<std::uint16_t>(v[j]);
+      if (!evictable[j]) {
+        new_lru[n_evictable + (p - e)] = slot;
+      } else {
+        if (e < n_miss) {
+          evict_slot[e] = slot;
+          new_lru[n_untouched + e] = slot;
+        } else {
+          new_lru[e - n_miss] = slot;
+        }
+        ++e;
+      }
+    }
+  };
+  const bool one_phase = top_k <= tile && hot <= tile && !hand_over_first && fetch_rows == 0;
+  if (one_phase) {  // counts < 2^16 each (top_k, hot <= tile), so one scan numbers both
+    std::int32_t v[kItems];
+    sel_tile(0, v);
+    int h[kItems];
+    bool miss[kItems], evictable[kItems];
+    const int misses = find_misses(v, 0, h, miss);
+    const int evictables = find_evictable(lru0, 0, evictable);
+    int total = 0;
+    const int before = scan.exclusive_sum((misses << 16) | evictables, total);
+    n_miss = total >> 16;
+    number_misses(v, 0, h, miss, before >> 16);
+    place_slots(lru0, 0, evictable, before & 0xffff);
+  } else {
+    for (int t0 = 0; t0 < top_k; t0 += tile) {
+      std::int32_t v[kItems];
+      sel_tile(t0, v);
+      int h[kItems];
+      bool miss[kItems];
+      const int count = find_misses(v, t0, h, miss);
+      if (hand_over_first) {
+        const int inclusive = warp_inclusive_sum(count, lane);
+        int warp_first = 0;
+        if (lane == 31 && inclusive > 0) warp_first = atomicAdd(&scratch[68], inclusive);
+        my_entry = __shfl_sync(0xffffffffu, warp_first, 31) + inclusive - count;
+        int at = my_entry;
+#pragma unroll
+        for (int j = 0; j < kItems; ++j)
+          if (miss[j]) plan_token[at++] = v[j];
+        __syncthreads();
+        const int found = scratch[68];
+        fetch = fetch_rows > 0 && found <= fetch_rows;
+        if (!fetch && tid == 0) {
+          a.plan.count[b] = found;
+          if (a.plan.fetched) a.plan.fetched[b] = 0;
+          publish_ready(a, b, 1);
+        }
+      }
+      int total = 0;
+      const int ordinal = n_miss + scan.exclusive_sum(count, total);
+      // (hand_over_first decided it above, from the same count, before the scan)
+      if (t0 == 0 && !hand_over_first)
+        fetch = fetch_rows > 0 && top_k <= tile && total <= fetch_rows;
+      number_misses(v, t0, h, miss, ordinal);
+      n_miss += total;
+    }
   }
   if (fetch || early_plan) __syncthreads();  // fetch tokens / plan tokens written
   if (early_plan && (!hand_over_first || fetch) && tid == 0) {
@@ -607,53 +682,32 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   }
   phase_stamp<kTimed>(a, 5);
 
-  // 4. Walk the LRU order: the m-th evictable slot goes to the m-th miss; build the new order
-  //    (untouched oldest first, then this step's misses, then the hits in their old order).
-  const int n_evictable = hot - n_hit;
-  const int n_untouched = n_evictable - n_miss;
-  int evictable_before = 0;
-  for (int t0 = 0; t0 < hot; t0 += tile) {
-    std::int32_t v[kItems];
-    if (t0 == 0) {
+  // 4. Walk the LRU order (done above in one_phase).
+  if (!one_phase) {
+    int evictable_before = 0;
+    for (int t0 = 0; t0 < hot; t0 += tile) {
+      std::int32_t v[kItems];
+      if (t0 == 0) {
 #pragma unroll
-      for (int j = 0; j < kItems; ++j) v[j] = lru0[j];
-    } else {
-      load_items(lru, t0 + mine, hot, v);
-    }
-    bool evictable[kItems];
-    int count = 0;
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int s = v[j];
-      evictable[j] = t0 + mine + j < hot && ((hit_bits[s >> 5] >> (s & 31)) & 1u) == 0;
-      count += evictable[j] ? 1 : 0;
-    }
-    int total = 0;
-    int e = evictable_before + scan.exclusive_sum(count, total);
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int p = t0 + mine + j;
-      if (p >= hot) continue;
-      const auto slot = static_cast<std::uint16_t>(v[j]);
-      if (!evictable[j]) {
-        new_lru[n_evictable + (p - e)] = slot;
+        for (int j = 0; j < kItems; ++j) v[j] = lru0[j];
       } else {
-        if (e < n_miss) {
-          evict_slot[e] = slot;
-          new_lru[n_untouched + e] = slot;
-        } else {
-          new_lru[e - n_miss] = slot;
-        }
-        ++e;
+        load_items(lru, t0 + mine, hot, v);
       }
+      bool evictable[kItems];
+      int total = 0;
+      const int e = evictable_before + scan.exclusive_sum(find_evictable(v, t0, evictable), total);
+      place_slots(v, t0, evictable, e);
+      evictable_before += total;
     }
-    evictable_before += total;
   }
   phase_stamp<kTimed>(a, 6);
 
   // Grouped plan: each bucket's first plan index (exclusive scan of the bucket counts).
   const bool grouped = sort_from > 0 && n_miss >= sort_from;
   if (grouped) {
+    // one_phase counted the buckets after its only scan: wait for every count (the separate LRU
+    // walk's scans put the barrier there otherwise).
+    if (one_phase) __syncthreads();
     int total = 0;
     const int c = tid < kSwapInBuckets ? bucket[tid] : 0;
     const int first = scan.exclusive_sum(c, total);
