@@ -277,6 +277,8 @@ __device__ __forceinline__ void phase_stamp(const SwapInArgs& a, int k) {
 // right after the LRU walk, before the commit. The residency bitmap loses the evicted tokens in
 // the commit; the new ones are set by whoever stores their rows (the copy kernel's guessing block,
 // or fetch_late_rows), never before the guess has read them.
+// one_phase: when the selection and the hot buffer are one tile each and nothing needs the miss
+// count before the numbering, the misses and the LRU walk share one block scan (packed counts).
 // kTimed: phase stamps (diagnostic build; results unchanged). kSpec = shape.spec, a separate
 // instance so that the other calls run the code they ran before the speculative gather (its
 // register allocation cost them 1-2 us at batch 8-100 / 0.1%).
