@@ -1,10 +1,12 @@
 #include "fathom/depth_planner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "core/dtypes.hpp"
 #include "core/error.hpp"
 #include "trace/nvtx.hpp"
 
@@ -15,7 +17,7 @@ std::string MethodSpec::name() const {
   const char* basis = klt ? "klt-" : "";
   switch (method) {
     case ScanMethod::fathom:
-      return fmt::format("fathom-{}{}", basis, budget);
+      return fmt::format("fathom-{}{}{}", rule == PlanRule::measured ? "m-" : "", basis, budget);
     case ScanMethod::full_scan:
       return fmt::format("full-{}4bit", basis);
     case ScanMethod::fixed_channels:
@@ -86,13 +88,118 @@ std::vector<int> calibrate_fixed_channels(std::span<const float> variance,
   return order;
 }
 
+PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64_t tokens,
+                                           int channels, int skip, int count) {
+  constexpr int kDepths = kf::kPlanes + 1;
+  PlaneReadCalibration out;
+  out.gain.assign(static_cast<std::size_t>(channels) * kDepths, 1.0f);
+  out.distortion.assign(out.gain.size(), 0.0f);
+  const std::int64_t begin = std::clamp<std::int64_t>(skip, 0, tokens);
+  const std::int64_t first = (begin + kf::kBlockTokens - 1) / kf::kBlockTokens;
+  const std::int64_t last =
+      std::min<std::int64_t>(tokens, begin + std::max(count, 0)) / kf::kBlockTokens;
+  if (last <= first) return out;
+  const double n = static_cast<double>((last - first) * kf::kBlockTokens);
+  for (int j = 0; j < channels; ++j) {
+    // Sums of k, k k, and per depth of r, k r and r r.
+    double sk = 0, skk = 0, sr[kDepths] = {}, skr[kDepths] = {}, srr[kDepths] = {};
+    for (std::int64_t b = first; b < last; ++b) {
+      const std::uint16_t* block = keys + b * kf::kBlockTokens * channels + j;
+      float absmax = 0.0f;
+      for (int i = 0; i < kf::kBlockTokens; ++i)
+        absmax = std::max(absmax, std::abs(bf16_to_float(block[i * channels])));
+      const float scale = f16_to_float(kf::block_scale_f16(absmax));
+      for (int i = 0; i < kf::kBlockTokens; ++i) {
+        const float k = bf16_to_float(block[i * channels]);
+        const std::uint32_t code = kf::quantize_code(k, scale);
+        sk += k;
+        skk += static_cast<double>(k) * k;
+        for (int t = 1; t < kDepths; ++t) {
+          const double r = kf::partial_value(code, t, scale);
+          sr[t] += r;
+          skr[t] += k * r;
+          srr[t] += r * r;
+        }
+      }
+    }
+    const double mean_k = sk / n;
+    const double var_k = std::max(0.0, skk / n - mean_k * mean_k);
+    for (int t = 0; t < kDepths; ++t) {
+      const std::size_t at = static_cast<std::size_t>(j) * kDepths + t;
+      const double cov = skr[t] / n - mean_k * (sr[t] / n);
+      const double var_r = srr[t] / n - (sr[t] / n) * (sr[t] / n);
+      out.distortion[at] = static_cast<float>(var_k);
+      if (var_r > 1e-9 * (srr[t] / n)) {  // r varies (not only by rounding of the sums)
+        out.gain[at] = static_cast<float>(cov / var_r);
+        out.distortion[at] = static_cast<float>(std::max(0.0, var_k - cov * cov / var_r));
+      }
+    }
+  }
+  return out;
+}
+
+void depth_plan_measured(const float* queries, int heads, int channels,
+                         const PlaneReadCalibration& reads, int budget, std::uint8_t* depths) {
+  constexpr int kDepths = kf::kPlanes + 1;
+  constexpr double kScaleBits = 0.25;  // plan_bits(): a channel's scale, paid by its first plane
+  if (reads.distortion.size() != static_cast<std::size_t>(channels) * kDepths)
+    throw Error("fathom planner (measured rule): plane read calibration",
+                fmt::format("{} values for head_dim {}", reads.distortion.size(), channels),
+                "calibrate with calibrate_plane_reads() on keys of this head_dim");
+  std::vector<double> weight(static_cast<std::size_t>(channels), 0.0);
+  for (int h = 0; h < heads; ++h)
+    for (int j = 0; j < channels; ++j) {
+      const double q = queries[static_cast<std::size_t>(h) * channels + j];
+      weight[j] += q * q;
+    }
+  std::fill(depths, depths + channels, std::uint8_t{0});
+  // Each round takes the step (one channel, from its depth to a deeper one) that removes the most
+  // weighted error variance per bit; a step of several planes is the lower convex hull, so a
+  // channel whose first plane alone gains little is still reached. Ties: lower channel, shorter.
+  for (int left = budget; left > 0;) {
+    double best = 0;
+    int best_j = -1, best_to = 0;
+    for (int j = 0; j < channels; ++j) {
+      const float* dj = reads.distortion.data() + static_cast<std::size_t>(j) * kDepths;
+      const int from = depths[j];
+      for (int to = from + 1; to <= std::min(kf::kPlanes, from + left); ++to) {
+        const double bits = (to - from) + (from == 0 ? kScaleBits : 0.0);
+        const double rate = weight[j] * (dj[from] - dj[to]) / bits;
+        if (rate > best) best = rate, best_j = j, best_to = to;
+      }
+    }
+    if (best_j < 0) break;  // nothing left that lowers the error
+    left -= best_to - depths[best_j];
+    depths[best_j] = static_cast<std::uint8_t>(best_to);
+  }
+}
+
+std::vector<float> gained_queries(const float* queries, int heads, int channels,
+                                  const PlaneReadCalibration& reads,
+                                  std::span<const std::uint8_t> depths) {
+  std::vector<float> out(queries, queries + static_cast<std::size_t>(heads) * channels);
+  for (int h = 0; h < heads; ++h)
+    for (int j = 0; j < channels; ++j)
+      out[static_cast<std::size_t>(h) * channels + j] *=
+          reads.gain[static_cast<std::size_t>(j) * (kf::kPlanes + 1) + depths[j]];
+  return out;
+}
+
 std::vector<std::uint8_t> method_depths(const MethodSpec& method, const float* queries, int heads,
                                         int channels, std::span<const float> variance,
-                                        std::span<const int> fixed_set) {
+                                        std::span<const int> fixed_set,
+                                        const PlaneReadCalibration* reads) {
   std::vector<std::uint8_t> depths(static_cast<std::size_t>(channels), 0);
   switch (method.method) {
     case ScanMethod::fathom: {
       check_budget(method.budget, channels, "fathom method: budget");
+      if (method.rule == PlanRule::measured) {
+        if (!reads)
+          throw Error("fathom method: " + method.name(), "the measured rule needs calibration",
+                      "pass calibrate_plane_reads() of the keys");
+        depth_plan_measured(queries, heads, channels, *reads, method.budget, depths.data());
+        break;
+      }
       kf::DepthPlanArgs args;
       args.queries = queries;
       args.variances = variance.data();

@@ -19,11 +19,25 @@ namespace hisparse::fathom {
 
 enum class ScanMethod { fathom, full_scan, fixed_channels, sparq, oracle };
 
+/// How Fathom spends its plane budget on one query.
+///  - paper: REFERENCE.md's rule, depth_j = round(log4(g_j / theta)) with g_j = Var(k_j) x
+///    sum_h q_hj^2. It assumes that every plane cuts a channel's error variance by 4.
+///  - measured (quality study, CPU): the same query weights sum_h q_hj^2, but each channel's
+///    error variance at depths 0..4 measured on the calibration keys through the real quantizer
+///    (calibrate_plane_reads), and planes bought greedily by weighted error removed per bit (a
+///    channel's first plane also pays its 0.25-bit scale) over each channel's lower convex hull.
+///    The read at each depth is scored with its least-squares gain (the query weight times
+///    PlaneReadCalibration::gain). Why: with block-absmax scales the first plane's midpoint read
+///    removes about half of a channel's variance, not three quarters, and a channel whose range a
+///    bias widens can lose by being read shallowly.
+enum class PlanRule { paper, measured };
+
 struct MethodSpec {
   ScanMethod method = ScanMethod::fathom;
   int budget = 48;    ///< fathom: plane bits per token
   int channels = 32;  ///< fixed_channels / sparq: channels read at 4 bits
   bool klt = false;   ///< plan and scan in the keys' KLT basis (quality study; not the oracle)
+  PlanRule rule = PlanRule::paper;  ///< fathom only
   /// "fathom-48", "full-4bit", "fixed-32ch", "sparq-16", "oracle"; with klt "fathom-klt-48",
   /// "full-klt-4bit", "fixed-klt-32ch", "sparq-klt-16".
   [[nodiscard]] std::string name() const;
@@ -46,6 +60,30 @@ class DepthPlanner {
   Backend backend_;
 };
 
+/// How each channel reads at depth 0..kPlanes, measured over calibration tokens [skip, skip +
+/// count) of bf16 keys [tokens][channels], quantized as the plane store does (whole 64-token
+/// blocks from the first at or after skip, fp16 absmax scales, midpoint reads r). Tables are
+/// [channels][kPlanes + 1]; depth 0 reads nothing (r = 0).
+struct PlaneReadCalibration {
+  /// Least-squares gain of the read, Cov(k, r) / Var(r) (1 where r does not vary): a query
+  /// weight times gain[j][d] scores channel j as if its read at depth d were gain x r.
+  std::vector<float> gain;
+  /// Error variance of the gained read, Var(k) - Cov(k, r)^2 / Var(r); Var(k) at depth 0.
+  std::vector<float> distortion;
+};
+[[nodiscard]] PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys,
+                                                         std::int64_t tokens, int channels,
+                                                         int skip, int count);
+
+/// PlanRule::measured: depths of one stream for `budget` planes, from queries [heads][channels].
+void depth_plan_measured(const float* queries, int heads, int channels,
+                         const PlaneReadCalibration& reads, int budget, std::uint8_t* depths);
+/// PlanRule::measured: the queries [heads][channels] the scan reads with, each channel's weight
+/// times the gain of its read at its depth.
+[[nodiscard]] std::vector<float> gained_queries(const float* queries, int heads, int channels,
+                                                const PlaneReadCalibration& reads,
+                                                std::span<const std::uint8_t> depths);
+
 /// Checks a budget against head_dim; throws Error naming `where` otherwise.
 void check_budget(int budget, int channels, const std::string& where);
 
@@ -54,7 +92,8 @@ void check_budget(int budget, int channels, const std::string& where);
 [[nodiscard]] std::vector<std::uint8_t> method_depths(const MethodSpec& method,
                                                       const float* queries, int heads, int channels,
                                                       std::span<const float> variance,
-                                                      std::span<const int> fixed_set);
+                                                      std::span<const int> fixed_set,
+                                                      const PlaneReadCalibration* reads = nullptr);
 
 /// Offline channel choice of the fixed-channel method: the `count` channels with the largest
 /// calibration Var(k_j) * mean q_j^2 over the calibration queries ([n][channels]).

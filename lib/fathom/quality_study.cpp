@@ -54,11 +54,14 @@ struct BasisView {
   std::optional<PlaneStore> store;
   std::vector<float> variance;
   std::vector<float> calibration_queries;
-  std::vector<int> fixed32;  ///< calibrated 32-channel set
+  std::vector<int> fixed32;    ///< calibrated 32-channel set
+  PlaneReadCalibration reads;  ///< calibrate_plane_reads() of the keys (PlanRule::measured)
 };
 
 void fill_view(BasisView& view, const std::uint16_t* keys, std::int64_t n, int d,
-               std::vector<float> variance, std::vector<float> calibration_queries) {
+               std::vector<float> variance, std::vector<float> calibration_queries,
+               const SyntheticKeySpec& spec) {
+  view.reads = calibrate_plane_reads(keys, n, d, spec.calibration_skip, spec.calibration_tokens);
   view.store.emplace(Backend::cpu, PlaneLayoutKind::hbm, 1, d, n, "quality study planes");
   view.store->append(0, 1, keys, d, 0, n);
   view.variance = std::move(variance);
@@ -153,7 +156,7 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
     const StudyHead head = study_head(config, kvh);
     const auto& [spec, data, d, heads, n] = head;
     BasisView plain, klt;
-    fill_view(plain, data.keys.data(), n, d, data.variance, data.calibration_queries);
+    fill_view(plain, data.keys.data(), n, d, data.variance, data.calibration_queries, spec);
     std::optional<KltBasis> basis;
     std::vector<float> q_klt;
     if (any_klt) {
@@ -166,7 +169,7 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
       std::vector<float> calibration(data.calibration_queries.size());
       basis->rotate(data.calibration_queries.data(), calibration.data(),
                     static_cast<std::int64_t>(calibration.size() / static_cast<std::size_t>(d)));
-      fill_view(klt, rotated.data(), n, d, basis->variances(), std::move(calibration));
+      fill_view(klt, rotated.data(), n, d, basis->variances(), std::move(calibration), spec);
       q_klt.resize(static_cast<std::size_t>(heads) * d);
     }
     std::vector<float> scores(static_cast<std::size_t>(n) * heads);
@@ -191,12 +194,19 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
         } else {
           const BasisView& view = methods[m].klt ? klt : plain;
           const float* qm = methods[m].klt ? q_klt.data() : q;
-          auto depths = method_depths(methods[m], qm, heads, d, view.variance, view.fixed32);
+          auto depths =
+              method_depths(methods[m], qm, heads, d, view.variance, view.fixed32, &view.reads);
           // Fixed channel sets are calibrated per method size.
           if (methods[m].method == ScanMethod::fixed_channels && methods[m].channels != 32) {
             const auto own = calibrate_fixed_channels(view.variance, view.calibration_queries, d,
                                                       methods[m].channels);
             depths = method_depths(methods[m], qm, heads, d, view.variance, own);
+          }
+          // The measured rule scores each read with its least-squares gain.
+          std::vector<float> q_gained;
+          if (methods[m].method == ScanMethod::fathom && methods[m].rule == PlanRule::measured) {
+            q_gained = gained_queries(qm, heads, d, view.reads, depths);
+            qm = q_gained.data();
           }
           const PlaneStore& store = *view.store;
           kf::PlaneScanArgs args;

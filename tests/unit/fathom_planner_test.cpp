@@ -120,6 +120,86 @@ TEST(FathomPlanner, ComparisonMethodsAndCosts) {
   EXPECT_EQ(MethodSpec({ScanMethod::sparq, 0, 32}).name(), "sparq-32");
 }
 
+TEST(FathomPlannerMeasured, CalibrationOfAPlusMinusOneChannel) {
+  // One channel of +-1 alternating: every block's absmax is 1 (fp16 exact), codes 15 and 0, so
+  // the midpoint read at depth t is +-(1 - 2^-t): 0.5, 0.75, 0.875, 0.9375. Its least-squares
+  // gain is 1 / (1 - 2^-t) and the gained read is exact. Block 0 holds +-4 and is skipped: the
+  // calibration starts at the first whole block at or after skip = 1.
+  const int tokens = 128;
+  std::vector<std::uint16_t> keys(tokens);
+  for (int i = 0; i < tokens; ++i)
+    keys[i] = float_to_bf16((i % 2 ? -1.0f : 1.0f) * (i < 64 ? 4.0f : 1.0f));
+  const auto reads = calibrate_plane_reads(keys.data(), tokens, 1, 1, tokens - 1);
+  ASSERT_EQ(reads.gain.size(), 5u);
+  EXPECT_FLOAT_EQ(reads.distortion[0], 1.0f);  // Var(k) of block 1 only (16 with block 0)
+  EXPECT_FLOAT_EQ(reads.gain[0], 1.0f);
+  const float midpoint[5] = {0, 0.5f, 0.75f, 0.875f, 0.9375f};
+  for (int t = 1; t <= 4; ++t) {
+    EXPECT_NEAR(reads.gain[t], 1.0f / midpoint[t], 1e-5f) << "depth " << t;
+    EXPECT_NEAR(reads.distortion[t], 0.0f, 1e-6f) << "depth " << t;
+  }
+  // Too few tokens for a whole block: nothing measured, gains 1 and no error anywhere.
+  const auto none = calibrate_plane_reads(keys.data(), 63, 1, 0, 63);
+  EXPECT_EQ(none.gain, std::vector<float>(5, 1.0f));
+  EXPECT_EQ(none.distortion, std::vector<float>(5, 0.0f));
+}
+
+TEST(FathomPlannerMeasured, GreedyByErrorPerBitOverTheConvexHull) {
+  // Weights sum_h q^2 = (1, 1, 4). Worked by hand (rates = weight x error removed / bits, a first
+  // plane also paying 0.25 bit of scale):
+  //  ch0 halves then quarters its error: from 0, 1 plane 0.5 / 1.25 = 0.4;
+  //  ch1 gains nothing from its first plane but 0.9 from two: 0.9 / 2.25 = 0.4 (the hull step);
+  //  ch2 has little error: at most 4 x 0.05 / 2.25 = 0.089.
+  // Budget 8: ch0 -> 1 (0.4, lower channel first), ch1 -> 2 (0.4), ch0 -> 2 (0.375), ch0 -> 3
+  // (0.094), ch2 -> 2 (0.089), then one plane left: ch1 -> 3 (0.05) beats ch2 -> 3 (0.04).
+  PlaneReadCalibration reads;
+  reads.distortion = {1.0f, 0.5f,  0.125f, 0.03125f, 0.0078125f,  //
+                      1.0f, 1.0f,  0.1f,   0.05f,    0.04f,       //
+                      0.1f, 0.09f, 0.05f,  0.04f,    0.035f};
+  reads.gain = {1.0f, 2.0f, 1.5f,  1.0f, 1.0f,  //
+                1.0f, 1.0f, 1.0f,  1.0f, 1.0f,  //
+                1.0f, 0.5f, 0.25f, 1.0f, 1.0f};
+  const std::vector<float> q = {1.0f, 1.0f, 2.0f};
+  std::vector<std::uint8_t> depths(3, 9);
+  depth_plan_measured(q.data(), 1, 3, reads, 8, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{3, 3, 2}));
+  // Budget 3: ch0 -> 1, then ch1's two-plane step still fits.
+  depth_plan_measured(q.data(), 1, 3, reads, 3, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{1, 2, 0}));
+  // Budget 2: after ch0 -> 1 one plane is left, and ch1's first plane alone gains nothing.
+  depth_plan_measured(q.data(), 1, 3, reads, 2, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{2, 0, 0}));
+  depth_plan_measured(q.data(), 1, 3, reads, 0, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{0, 0, 0}));
+  // Planes that remove no error are not bought, even with budget left.
+  depth_plan_measured(q.data(), 1, 3, reads, 12, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{4, 4, 4}));
+  PlaneReadCalibration flat;
+  flat.distortion.assign(15, 1.0f);
+  flat.gain.assign(15, 1.0f);
+  depth_plan_measured(q.data(), 1, 3, flat, 8, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{0, 0, 0}));
+  // The scan reads with each channel's weight times the gain of its read.
+  const std::vector<std::uint8_t> plan = {1, 0, 2};
+  EXPECT_EQ(gained_queries(q.data(), 1, 3, reads, plan), (std::vector<float>{2.0f, 1.0f, 0.5f}));
+}
+
+TEST(FathomPlannerMeasured, MethodNeedsItsCalibration) {
+  MethodSpec m{ScanMethod::fathom, 8, 0};
+  m.rule = PlanRule::measured;
+  EXPECT_EQ(m.name(), "fathom-m-8");
+  const std::vector<float> q = {1.0f, 1.0f, 2.0f}, var = {1, 1, 1};
+  EXPECT_EQ(test::error_message([&] { (void)method_depths(m, q.data(), 1, 3, var, {}); }),
+            "fathom method: fathom-m-8: the measured rule needs calibration; pass "
+            "calibrate_plane_reads() of the keys");
+  PlaneReadCalibration wrong;
+  wrong.distortion.assign(10, 1.0f);
+  wrong.gain.assign(10, 1.0f);
+  EXPECT_EQ(test::error_message([&] { (void)method_depths(m, q.data(), 1, 3, var, {}, &wrong); }),
+            "fathom planner (measured rule): plane read calibration: 10 values for head_dim 3; "
+            "calibrate with calibrate_plane_reads() on keys of this head_dim");
+}
+
 TEST(FathomPlanner, FixedChannelCalibrationPicksLargestVarianceTimesQuerySquare) {
   const std::vector<float> var = {1, 100, 1, 1, 50};
   const std::vector<float> qs = {10, 0, 1, 1, 1, /*row 2*/ 10, 0, 1, 1, 1};  // 200, 0, 2, 2, 100

@@ -324,5 +324,45 @@ TEST(FathomWorkload, RopeProfileHasPairedVariancesRisingTowardsSlowPairs) {
   EXPECT_GT(unpaired, half / 2);
 }
 
+TEST(FathomQuality, MeasuredRuleNeedsFewerBitsOnTheDefaultWorkload) {
+  // PlanRule::measured against the paper's rule, same budgets, same scan and selection: the bits
+  // each needs at the 32-channel scan's error (README "Quality").
+  QualityConfig cfg = quality_config(KeyProfile::rope_qk_norm);
+  for (const auto& m : default_methods()) {
+    if (m.method == ScanMethod::fixed_channels) cfg.methods.push_back(m);
+    if (m.method != ScanMethod::fathom) continue;
+    cfg.methods.push_back(m);
+    MethodSpec measured = m;
+    measured.rule = PlanRule::measured;
+    cfg.methods.push_back(measured);
+  }
+  const auto rows = quality_study(cfg);
+  std::printf("%s", format_quality_table(rows).c_str());
+  const double error = find_row(rows, "fixed-32ch").attention_error;
+  double bits[2] = {};
+  for (PlanRule rule : {PlanRule::paper, PlanRule::measured}) {
+    std::vector<QualityRow> own;
+    for (const auto& r : rows)
+      if (r.method.method == ScanMethod::fathom && r.method.rule == rule) own.push_back(r);
+    bits[static_cast<int>(rule)] = fathom_bits_at_error(own, error);
+  }
+  std::printf(
+      "bits at the 32-channel scan's error (%.5f): paper rule %.1f (%.3fx of 136), "
+      "measured rule %.1f (%.3fx)\n",
+      error, bits[0], bits[0] / 136.0, bits[1], bits[1] / 136.0);
+  // Measured 97.7 -> 84.8 bits (0.72x -> 0.62x) here; 101.8 -> 86.7 (0.75x -> 0.64x) with 256
+  // KV heads.
+  EXPECT_LT(bits[1], 0.92 * bits[0]);
+  EXPECT_LT(bits[1], 0.7 * 136.0);
+  // At every budget the measured rule reads fewer channels (deeper reads, fewer scales) and
+  // errs less.
+  for (int b : {32, 48, 64, 80}) {
+    const auto& paper = find_row(rows, "fathom-" + std::to_string(b));
+    const auto& measured = find_row(rows, "fathom-m-" + std::to_string(b));
+    EXPECT_LT(measured.active_channels, paper.active_channels) << b;
+    EXPECT_LT(measured.attention_error, paper.attention_error) << b;
+  }
+}
+
 }  // namespace
 }  // namespace hisparse::fathom
