@@ -36,6 +36,7 @@ nlohmann::json to_json(const PointRecord& r) {
                      {"hot_buffer", c.hot_buffer},
                      {"budget_bits", c.budget_bits},
                      {"fathom_klt", c.fathom_klt},
+                     {"fathom_rule", fathom::plan_rule_name(c.fathom_rule)},
                      {"policy", c.policy}}},
                    {"status", r.ok ? "ok" : "failed"},
                    {"error", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.error)}};

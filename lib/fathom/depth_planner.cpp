@@ -30,6 +30,10 @@ std::string MethodSpec::name() const {
   return "unknown";
 }
 
+const char* plan_rule_name(PlanRule rule) noexcept {
+  return rule == PlanRule::measured ? "measured" : "paper";
+}
+
 double plan_bits(std::span<const std::uint8_t> depths) {
   double bits = 0;
   for (auto t : depths) bits += t > 0 ? t + 0.25 : 0.0;

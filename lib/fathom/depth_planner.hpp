@@ -31,6 +31,8 @@ enum class ScanMethod { fathom, full_scan, fixed_channels, sparq, oracle };
 ///    removes about half of a channel's variance, not three quarters, and a channel whose range a
 ///    bias widens can lose by being read shallowly.
 enum class PlanRule { paper, measured };
+/// "paper" / "measured" (scenario key fathom.rule, results' fathom_rule).
+[[nodiscard]] const char* plan_rule_name(PlanRule rule) noexcept;
 
 struct MethodSpec {
   ScanMethod method = ScanMethod::fathom;

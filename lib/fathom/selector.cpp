@@ -28,10 +28,9 @@ void FathomSelector::set_klt_bases(std::vector<KltBasis> bases) {
   klt_bases_ = std::move(bases);
 }
 
-std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& store,
-                                                              const float* queries, int heads,
-                                                              const float* variances,
-                                                              int variance_period) {
+std::vector<std::vector<std::int32_t>> FathomSelector::select(
+    const PlaneStore& store, const float* queries, int heads, const float* variances,
+    int variance_period, std::span<const PlaneReadCalibration> reads) {
   HISPARSE_FUNC_RANGE();
   if (store.backend() != backend_)
     throw Error("fathom selector", "the plane store lives on another backend", "use one backend");
@@ -64,24 +63,45 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
     variance_period = static_cast<int>(period);
   }
   auto q_dev = Buffer<float>::device(q_count, backend_, "fathom queries");
-  auto var_dev = Buffer<float>::device(static_cast<std::size_t>(variance_period) * d, backend_,
-                                       "fathom variances");
   auto depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * d, backend_,
                                              "fathom depths");
-  copy_bytes(q_dev.device_data(), queries, q_dev.bytes(), backend_);
-  copy_bytes(var_dev.device_data(), variances, var_dev.bytes(), backend_);
-
-  kf::DepthPlanArgs plan;
-  plan.queries = q_dev.device_data();
-  plan.variances = var_dev.device_data();
-  plan.variance_period = variance_period;
-  plan.streams = streams;
-  plan.heads = heads;
-  plan.channels = d;
-  plan.budget = config_.budget;
-  plan.depths = depths.device_data();
   Stream stream(backend_);
-  planner_.plan(plan, stream.native());
+  if (config_.rule == PlanRule::measured) {
+    // Planned on the host, stream by stream; the scan reads with the gained queries.
+    if (reads.empty())
+      throw Error("fathom selector: rule measured", "no read calibration was given",
+                  "pass calibrate_plane_reads() of each KV head's stored keys to select()");
+    check_budget(config_.budget, d, "fathom selector: budget");
+    const auto per_stream = static_cast<std::size_t>(heads) * d;
+    std::vector<float> gained(q_count);
+    depths_host_.resize(static_cast<std::size_t>(streams) * d);
+    for (std::size_t s = 0; s < static_cast<std::size_t>(streams); ++s) {
+      const PlaneReadCalibration& r = reads[s % reads.size()];
+      std::uint8_t* plan = depths_host_.data() + s * d;
+      depth_plan_measured(queries + s * per_stream, heads, d, r, config_.budget, plan);
+      const auto g =
+          gained_queries(queries + s * per_stream, heads, d, r,
+                         std::span<const std::uint8_t>(plan, static_cast<std::size_t>(d)));
+      std::copy(g.begin(), g.end(), gained.begin() + static_cast<std::ptrdiff_t>(s * per_stream));
+    }
+    copy_bytes(q_dev.device_data(), gained.data(), q_dev.bytes(), backend_);
+    copy_bytes(depths.device_data(), depths_host_.data(), depths.bytes(), backend_);
+  } else {
+    auto var_dev = Buffer<float>::device(static_cast<std::size_t>(variance_period) * d, backend_,
+                                         "fathom variances");
+    copy_bytes(q_dev.device_data(), queries, q_dev.bytes(), backend_);
+    copy_bytes(var_dev.device_data(), variances, var_dev.bytes(), backend_);
+    kf::DepthPlanArgs plan;
+    plan.queries = q_dev.device_data();
+    plan.variances = var_dev.device_data();
+    plan.variance_period = variance_period;
+    plan.streams = streams;
+    plan.heads = heads;
+    plan.channels = d;
+    plan.budget = config_.budget;
+    plan.depths = depths.device_data();
+    planner_.plan(plan, stream.native());
+  }
 
   kf::PlaneScanArgs args = PlaneScan::args_for(store);
   args.queries = q_dev.device_data();

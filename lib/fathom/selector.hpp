@@ -23,6 +23,9 @@ struct SelectorConfig {
   int recent = 32;
   int budget = 48;   ///< plane bits per token per KV head
   bool klt = false;  ///< plan and scan in the KLT bases given to set_klt_bases()
+  /// measured: depths planned on the host from select()'s read calibrations, the scan reading
+  /// with the gained queries (PlanRule in depth_planner.hpp).
+  PlanRule rule = PlanRule::paper;
   [[nodiscard]] int keep() const noexcept { return top_k - sinks - recent; }
 };
 
@@ -37,11 +40,12 @@ class FathomSelector {
   /// Selects for every stream of `store`. `queries` [streams][heads][head_dim] and `variances`
   /// [variance_period][head_dim] are host memory. Returns per stream the ascending positions.
   /// With config().klt, `queries` are unrotated, and `variances` / `variance_period` are unused
-  /// (the bases' eigenvalues are the variances).
-  [[nodiscard]] std::vector<std::vector<std::int32_t>> select(const PlaneStore& store,
-                                                              const float* queries, int heads,
-                                                              const float* variances,
-                                                              int variance_period);
+  /// (the bases' eigenvalues are the variances). With PlanRule::measured, `reads` are the read
+  /// calibrations of the stored keys (stream s uses reads[s % reads.size()]) and the variances
+  /// are unused.
+  [[nodiscard]] std::vector<std::vector<std::int32_t>> select(
+      const PlaneStore& store, const float* queries, int heads, const float* variances,
+      int variance_period, std::span<const PlaneReadCalibration> reads = {});
   /// Depths of the last select() ([streams][head_dim]).
   [[nodiscard]] const std::vector<std::uint8_t>& last_depths() const noexcept {
     return depths_host_;

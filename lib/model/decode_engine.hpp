@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "fathom/depth_planner.hpp"
 #include "hotcache/policies.hpp"
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
@@ -52,6 +53,9 @@ struct EngineConfig {
   int hot_buffer = 0;                  ///< hisparse slots per request and layer (0: 2 * top_k)
   int budget_bits = 48;                ///< fathom plane bits per token per KV head
   bool fathom_klt = false;             ///< fathom modes: plan and scan in each stream's KLT basis
+  /// fathom modes: how depths are planned (fathom::PlanRule; measured: from each stream's
+  /// calibrated plane reads)
+  fathom::PlanRule fathom_rule = fathom::PlanRule::paper;
   std::string policy = "lru";  ///< hot-buffer replacement (analysis): lru|fifo|random|belady
   WorkloadSpec workload;
   int max_decode_steps = 0;     ///< steps the engine may run: sizes the host pool and plane stores

@@ -20,7 +20,11 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
                                const fathom::SelectorConfig& selector, Backend backend)
     : shape_(shape),
       width_(selector.sinks + selector.recent + shape.group * selector.keep()),
-      selector_(backend, selector) {
+      selector_(backend, [&] {
+        fathom::SelectorConfig config = selector;
+        config.rule = shape.rule;
+        return config;
+      }()) {
   fathom::check_budget(selector.budget, shape.head_dim, "budget_bits");
   for (int l = 0; l < shape.layers; ++l) {
     stores_.push_back(std::make_unique<fathom::PlaneStore>(
@@ -30,6 +34,8 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
                             static_cast<std::size_t>(shape.head_dim));
     bases_.emplace_back(shape.klt ? static_cast<std::size_t>(shape.streams) : 0,
                         fathom::KltBasis::identity(shape.head_dim));
+    reads_.emplace_back(
+        shape.rule == fathom::PlanRule::measured ? static_cast<std::size_t>(shape.streams) : 0);
   }
 }
 
@@ -56,6 +62,11 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
           fathom::calibration_variance(dst, tokens, shape_.head_dim, kCalibrationSkip,
                                        static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
     }
+    if (shape_.rule == fathom::PlanRule::measured)
+      reads_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)] =
+          fathom::calibrate_plane_reads(
+              dst, tokens, shape_.head_dim, kCalibrationSkip,
+              static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
     std::copy(var.begin(), var.end(),
               variances_[static_cast<std::size_t>(layer)].begin() +
                   static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s) * d));
@@ -94,9 +105,9 @@ FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::i
           rotated_queries_.data() + static_cast<std::size_t>(s) * per_stream, shape_.group);
     queries = rotated_queries_.data();
   }
-  const auto selection =
-      selector_.select(store, queries, shape_.group,
-                       variances_[static_cast<std::size_t>(layer)].data(), shape_.streams);
+  const auto selection = selector_.select(store, queries, shape_.group,
+                                          variances_[static_cast<std::size_t>(layer)].data(),
+                                          shape_.streams, reads_[static_cast<std::size_t>(layer)]);
   const auto& depths = selector_.last_depths();
   const auto d = static_cast<std::size_t>(shape_.head_dim);
   FathomSelectStats stats;

@@ -27,6 +27,9 @@ struct FathomIndexShape {
   /// keys are rotated before quantisation and queries before planning, and the planner's
   /// variances are the eigenvalues. For models without QK-norm. Exact attention is unaffected.
   bool klt = false;
+  /// fathom::PlanRule::measured: each stream's plane reads calibrated on its context keys (the
+  /// rotated ones with klt), depths planned on the host from them.
+  fathom::PlanRule rule = fathom::PlanRule::paper;
 };
 
 /// What one select() read and chose.
@@ -46,7 +49,8 @@ class FathomKeyIndex {
 
   /// Quantises `tokens` context keys of every stream of `layer` (key of stream s, token t at
   /// keys + s * stream_stride + t * head_dim) and measures the calibration variances
-  /// (fathom::calibration_variance, first 16 tokens skipped).
+  /// (fathom::calibration_variance, first 16 tokens skipped), or with the measured rule the
+  /// plane reads (fathom::calibrate_plane_reads, the same tokens).
   void load_context(int layer, const float* keys, std::int64_t stream_stride, std::int64_t tokens);
   /// Appends one token per stream: keys [streams][head_dim].
   void append(int layer, const float* keys);
@@ -59,8 +63,9 @@ class FathomKeyIndex {
   int width_ = 0;
   fathom::FathomSelector selector_;
   std::vector<std::unique_ptr<fathom::PlaneStore>> stores_;
-  std::vector<std::vector<float>> variances_;          ///< per layer [streams][head_dim]
-  std::vector<std::vector<fathom::KltBasis>> bases_;   ///< klt: per layer, per stream
+  std::vector<std::vector<float>> variances_;                     ///< per layer [streams][head_dim]
+  std::vector<std::vector<fathom::KltBasis>> bases_;              ///< klt: per layer, per stream
+  std::vector<std::vector<fathom::PlaneReadCalibration>> reads_;  ///< measured: per layer, stream
   std::vector<float> rotated_queries_;                 ///< klt: [streams][group][head_dim]
   std::vector<std::uint16_t> key_bf16_, key_rotated_;  ///< append(): [streams][head_dim]
 };

@@ -384,8 +384,12 @@ class ScenarioParser {
   void fathom(const YAML::Node& n, FathomSpec& f) {
     if (!n.IsMap())
       throw Error(r_.where("fathom", n), "expected a mapping", "write e.g. 'fathom: {klt: true}'");
-    r_.known_keys(n, "fathom", {"klt"});
+    r_.known_keys(n, "fathom", {"klt", "rule"});
     if (n["klt"]) f.klt = r_.boolean(n["klt"], "fathom.klt");
+    if (n["rule"])
+      f.rule = r_.choice(n["rule"], "fathom.rule", {"paper", "measured"}) == "measured"
+                   ? fathom::PlanRule::measured
+                   : fathom::PlanRule::paper;
   }
 
   ModelSpec load(const AxisValue& v) { return load_model_named(v.text, v.where, base_dir_); }
@@ -434,6 +438,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
     c.budget_bits = static_cast<int>(value("budget_bits").number);
     c.policy = value("policy").text;
     c.fathom_klt = s.fathom.klt;
+    c.fathom_rule = s.fathom.rule;
     c.workload = s.workload;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
@@ -580,7 +585,7 @@ nlohmann::json Scenario::to_json() const {
                    {"replay_path", workload.replay_path}};
   j["outputs"] = {{"dir", outputs.dir.string()}, {"formats", outputs.formats}};
   j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
-  j["fathom"] = {{"klt", fathom.klt}};
+  j["fathom"] = {{"klt", fathom.klt}, {"rule", fathom::plan_rule_name(fathom.rule)}};
   return j;
 }
 

@@ -84,7 +84,8 @@ struct TraceSpec {
 };
 
 struct FathomSpec {
-  bool klt = false;  ///< EngineConfig::fathom_klt
+  bool klt = false;                                 ///< EngineConfig::fathom_klt
+  fathom::PlanRule rule = fathom::PlanRule::paper;  ///< EngineConfig::fathom_rule
 };
 
 /// One point of the sweep: the engine configuration it runs and the axis values that made it.

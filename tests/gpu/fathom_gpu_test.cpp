@@ -473,5 +473,30 @@ TEST(FathomGpu, SelectorOnGpuEqualsSelectorOnCpu) {
   EXPECT_EQ(a, b);
 }
 
+TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {
+  HISPARSE_REQUIRE_GPU();
+  // PlanRule::measured plans on the host on both backends; the CUDA scan then reads the gained
+  // queries and must select what the CPU twin selects.
+  const int d = 128, heads = 4;
+  const std::int64_t n = 32768 + 11;
+  SyntheticKeySpec spec;
+  spec.tokens = n;
+  spec.steps = 1;
+  const auto data = make_synthetic_keys(spec);
+  PlaneStore cpu(Backend::cpu, PlaneLayoutKind::host, 1, d, n);
+  PlaneStore gpu(Backend::cuda, PlaneLayoutKind::host, 1, d, n);
+  fill_both(cpu, gpu, data.keys, n, 1, {n});
+  const std::vector<PlaneReadCalibration> reads = {calibrate_plane_reads(
+      data.keys.data(), n, d, spec.calibration_skip, spec.calibration_tokens)};
+  SelectorConfig config{512, 4, 32, 48};
+  config.rule = PlanRule::measured;
+  FathomSelector on_cpu(Backend::cpu, config);
+  FathomSelector on_gpu(Backend::cuda, config);
+  const auto a = on_cpu.select(cpu, data.query(0), heads, nullptr, 1, reads);
+  const auto b = on_gpu.select(gpu, data.query(0), heads, nullptr, 1, reads);
+  ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
+  EXPECT_EQ(a, b);
+}
+
 }  // namespace
 }  // namespace hisparse::fathom

@@ -274,6 +274,43 @@ TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {
       recall, error, recall_f, error_f);
 }
 
+TEST(FathomQuality, StudyMeasuredRowIsTheSelectorsMeasuredRule) {
+  // The study's fathom-m row is what FathomSelector selects with PlanRule::measured, given the
+  // same read calibration (the workload's calibration tokens).
+  QualityConfig cfg;
+  cfg.workload.tokens = 4096;
+  cfg.workload.steps = 1;
+  cfg.kv_heads = 1;
+  cfg.top_k = 256;
+  MethodSpec measured{ScanMethod::fathom, 48, 0};
+  measured.rule = PlanRule::measured;
+  cfg.methods = {measured};
+  const auto data = make_synthetic_keys(cfg.workload);
+  const int d = cfg.workload.channels, heads = cfg.workload.heads;
+  const std::int64_t n = cfg.workload.tokens;
+  PlaneStore store(Backend::cpu, PlaneLayoutKind::host, 1, d, n);
+  store.append(0, 1, data.keys.data(), d, 0, n);
+  SelectorConfig sc{256, 4, 32, 48};
+  sc.rule = PlanRule::measured;
+  FathomSelector selector(Backend::cpu, sc);
+  const std::vector<PlaneReadCalibration> reads = {calibrate_plane_reads(
+      data.keys.data(), n, d, cfg.workload.calibration_skip, cfg.workload.calibration_tokens)};
+  const auto shipped = selector.select(store, data.query(0), heads, nullptr, 1, reads)[0];
+  std::vector<std::uint8_t> plan(static_cast<std::size_t>(d));
+  depth_plan_measured(data.query(0), heads, d, reads[0], 48, plan.data());
+  EXPECT_EQ(selector.last_depths(), plan);
+  const auto [recall, error] = score_selection(data, 256, shipped);
+  const auto rows = quality_study(cfg);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].name, "fathom-m-48");
+  EXPECT_DOUBLE_EQ(rows[0].recall, recall);
+  EXPECT_NEAR(rows[0].attention_error, error, 1e-12 * error);
+  EXPECT_EQ(
+      test::error_message([&] { (void)selector.select(store, data.query(0), heads, nullptr, 1); }),
+      "fathom selector: rule measured: no read calibration was given; pass "
+      "calibrate_plane_reads() of each KV head's stored keys to select()");
+}
+
 TEST(FathomWorkload, CalibrationQueriesAreHeldOut) {
   SyntheticKeySpec spec;
   spec.tokens = 2048;

@@ -45,6 +45,23 @@ fathom: {klt: true}
             "no error");
 }
 
+TEST(ScenarioValidation, FathomRuleReachesEveryPointAndTheResults) {
+  const Scenario s = parse_scenario(
+      "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {rule: measured}\nsweep: {budget_bits: "
+      "[32, 64]}\n",
+      "s.yaml");
+  for (const auto& p : s.expand()) EXPECT_EQ(p.config.fathom_rule, fathom::PlanRule::measured);
+  EXPECT_EQ(s.to_json()["fathom"]["rule"], "measured");
+  const Scenario plain = parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n", "s.yaml");
+  EXPECT_EQ(plain.expand().front().config.fathom_rule, fathom::PlanRule::paper);
+  EXPECT_EQ(plain.to_json()["fathom"]["rule"], "paper");
+  const Scenario set = parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n", "s.yaml",
+                                      {"fathom.rule=measured"});
+  EXPECT_EQ(set.expand().front().config.fathom_rule, fathom::PlanRule::measured);
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nfathom: {rule: mesured}\n"),
+            "s.yaml:3:16: fathom.rule: unknown value 'mesured'; did you mean 'measured'?");
+}
+
 TEST(ScenarioValidation, FathomKltReachesEveryPointAndTheResults) {
   const Scenario s = parse_scenario(
       "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {klt: true}\nsweep: {budget_bits: [32, "
