@@ -453,21 +453,29 @@ TEST(FathomGpu, ScanSelectMatchesTwinWithTheBitonicMerge) {
   run_scan_case(c);
 }
 
+// One synthetic KV head of 32K + 11 tokens in a CPU and a CUDA plane store (host layout).
+struct SelectorCase {
+  static constexpr int kDim = 128, kHeads = 4;
+  static constexpr std::int64_t kTokens = 32768 + 11;
+  SyntheticKeySpec spec;
+  SyntheticKeys data;
+  PlaneStore cpu{Backend::cpu, PlaneLayoutKind::host, 1, kDim, kTokens};
+  PlaneStore gpu{Backend::cuda, PlaneLayoutKind::host, 1, kDim, kTokens};
+  SelectorCase() {
+    spec.tokens = kTokens;
+    spec.steps = 1;
+    data = make_synthetic_keys(spec);
+    fill_both(cpu, gpu, data.keys, kTokens, 1, {kTokens});
+  }
+};
+
 TEST(FathomGpu, SelectorOnGpuEqualsSelectorOnCpu) {
   HISPARSE_REQUIRE_GPU();
-  const int d = 128, heads = 4;
-  const std::int64_t n = 32768 + 11;
-  SyntheticKeySpec spec;
-  spec.tokens = n;
-  spec.steps = 1;
-  const auto data = make_synthetic_keys(spec);
-  PlaneStore cpu(Backend::cpu, PlaneLayoutKind::host, 1, d, n);
-  PlaneStore gpu(Backend::cuda, PlaneLayoutKind::host, 1, d, n);
-  fill_both(cpu, gpu, data.keys, n, 1, {n});
+  const SelectorCase c;
   FathomSelector on_cpu(Backend::cpu, SelectorConfig{512, 4, 32, 48});
   FathomSelector on_gpu(Backend::cuda, SelectorConfig{512, 4, 32, 48});
-  const auto a = on_cpu.select(cpu, data.query(0), heads, data.variance.data(), 1);
-  const auto b = on_gpu.select(gpu, data.query(0), heads, data.variance.data(), 1);
+  const auto a = on_cpu.select(c.cpu, c.data.query(0), c.kHeads, c.data.variance.data(), 1);
+  const auto b = on_gpu.select(c.gpu, c.data.query(0), c.kHeads, c.data.variance.data(), 1);
   // Greedy (CPU) and bisection (GPU) depths agree away from exact ties; then so do selections.
   ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
   EXPECT_EQ(a, b);
@@ -477,23 +485,15 @@ TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {
   HISPARSE_REQUIRE_GPU();
   // PlanRule::measured plans on the host on both backends; the CUDA scan then reads the gained
   // queries and must select what the CPU twin selects.
-  const int d = 128, heads = 4;
-  const std::int64_t n = 32768 + 11;
-  SyntheticKeySpec spec;
-  spec.tokens = n;
-  spec.steps = 1;
-  const auto data = make_synthetic_keys(spec);
-  PlaneStore cpu(Backend::cpu, PlaneLayoutKind::host, 1, d, n);
-  PlaneStore gpu(Backend::cuda, PlaneLayoutKind::host, 1, d, n);
-  fill_both(cpu, gpu, data.keys, n, 1, {n});
+  const SelectorCase c;
   const std::vector<PlaneReadCalibration> reads = {calibrate_plane_reads(
-      data.keys.data(), n, d, spec.calibration_skip, spec.calibration_tokens)};
+      c.data.keys.data(), c.kTokens, c.kDim, c.spec.calibration_skip, c.spec.calibration_tokens)};
   SelectorConfig config{512, 4, 32, 48};
   config.rule = PlanRule::measured;
   FathomSelector on_cpu(Backend::cpu, config);
   FathomSelector on_gpu(Backend::cuda, config);
-  const auto a = on_cpu.select(cpu, data.query(0), heads, nullptr, 1, reads);
-  const auto b = on_gpu.select(gpu, data.query(0), heads, nullptr, 1, reads);
+  const auto a = on_cpu.select(c.cpu, c.data.query(0), c.kHeads, nullptr, 1, reads);
+  const auto b = on_gpu.select(c.gpu, c.data.query(0), c.kHeads, nullptr, 1, reads);
   ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
   EXPECT_EQ(a, b);
 }

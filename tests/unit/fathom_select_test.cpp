@@ -227,15 +227,21 @@ std::pair<double, double> score_selection(const SyntheticKeys& data, int top_k,
           mean_relative_l2_error(approx.data(), dense.data(), heads, d)};
 }
 
-TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {
-  // The study's fathom row must be the shipped selector's result (8-bit-weight scores), and with
-  // float_scores the REFERENCE.md formula's. One KV head, one step, so the row is one sample.
+/// A study of one KV head and one step (each row is one sample) running `method`.
+QualityConfig one_sample_study(const MethodSpec& method) {
   QualityConfig cfg;
   cfg.workload.tokens = 4096;
   cfg.workload.steps = 1;
   cfg.kv_heads = 1;
   cfg.top_k = 256;
-  cfg.methods = {{ScanMethod::fathom, 48, 0}};
+  cfg.methods = {method};
+  return cfg;
+}
+
+TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {
+  // The study's fathom row must be the shipped selector's result (8-bit-weight scores), and with
+  // float_scores the REFERENCE.md formula's.
+  QualityConfig cfg = one_sample_study({ScanMethod::fathom, 48, 0});
   const auto data = make_synthetic_keys(cfg.workload);
   const int d = cfg.workload.channels, heads = cfg.workload.heads;
   const std::int64_t n = cfg.workload.tokens;
@@ -277,14 +283,9 @@ TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {
 TEST(FathomQuality, StudyMeasuredRowIsTheSelectorsMeasuredRule) {
   // The study's fathom-m row is what FathomSelector selects with PlanRule::measured, given the
   // same read calibration (the workload's calibration tokens).
-  QualityConfig cfg;
-  cfg.workload.tokens = 4096;
-  cfg.workload.steps = 1;
-  cfg.kv_heads = 1;
-  cfg.top_k = 256;
   MethodSpec measured{ScanMethod::fathom, 48, 0};
   measured.rule = PlanRule::measured;
-  cfg.methods = {measured};
+  const QualityConfig cfg = one_sample_study(measured);
   const auto data = make_synthetic_keys(cfg.workload);
   const int d = cfg.workload.channels, heads = cfg.workload.heads;
   const std::int64_t n = cfg.workload.tokens;
