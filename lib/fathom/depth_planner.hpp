@@ -22,7 +22,8 @@ enum class ScanMethod { fathom, full_scan, fixed_channels, sparq, oracle };
 /// How Fathom spends its plane budget on one query.
 ///  - paper: REFERENCE.md's rule, depth_j = round(log4(g_j / theta)) with g_j = Var(k_j) x
 ///    sum_h q_hj^2. It assumes that every plane cuts a channel's error variance by 4.
-///  - measured (quality study, CPU): the same query weights sum_h q_hj^2, but each channel's
+///  - measured (planned on the host: quality study, FathomSelector, decode runs with
+///    `fathom: {rule: measured}`): the same query weights sum_h q_hj^2, but each channel's
 ///    error variance at depths 0..4 measured on the calibration keys through the real quantizer
 ///    (calibrate_plane_reads), and planes bought greedily by weighted error removed per bit (a
 ///    channel's first plane also pays its 0.25-bit scale) over each channel's lower convex hull.

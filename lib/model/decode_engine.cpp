@@ -243,10 +243,9 @@ void DecodeEngine::Impl::setup_offload() {
     shape.group = model_.gqa.q_heads / kv_heads_;
     shape.capacity = pool_capacity_;
     shape.klt = config_.fathom_klt;
-    shape.rule = config_.fathom_rule;
-    fathom_index_ = std::make_unique<FathomKeyIndex>(
-        shape, fathom::SelectorConfig{top_k_, kFathomSinks, kFathomRecent, config_.budget_bits},
-        Backend::cpu);
+    fathom::SelectorConfig selector{top_k_, kFathomSinks, kFathomRecent, config_.budget_bits};
+    selector.rule = config_.fathom_rule;
+    fathom_index_ = std::make_unique<FathomKeyIndex>(shape, selector, Backend::cpu);
     for (int l = 0; l < model_.layers; ++l)
       fathom_index_->load_context(l, k_cache_[zu(l)].host_data(), capacity_ * key_dim_, seq_len_);
     width_ = fathom_index_->width();

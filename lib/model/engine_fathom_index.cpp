@@ -20,11 +20,7 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
                                const fathom::SelectorConfig& selector, Backend backend)
     : shape_(shape),
       width_(selector.sinks + selector.recent + shape.group * selector.keep()),
-      selector_(backend, [&] {
-        fathom::SelectorConfig config = selector;
-        config.rule = shape.rule;
-        return config;
-      }()) {
+      selector_(backend, selector) {
   fathom::check_budget(selector.budget, shape.head_dim, "budget_bits");
   for (int l = 0; l < shape.layers; ++l) {
     stores_.push_back(std::make_unique<fathom::PlaneStore>(
@@ -35,7 +31,7 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
     bases_.emplace_back(shape.klt ? static_cast<std::size_t>(shape.streams) : 0,
                         fathom::KltBasis::identity(shape.head_dim));
     reads_.emplace_back(
-        shape.rule == fathom::PlanRule::measured ? static_cast<std::size_t>(shape.streams) : 0);
+        selector.rule == fathom::PlanRule::measured ? static_cast<std::size_t>(shape.streams) : 0);
   }
 }
 
@@ -62,7 +58,7 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
           fathom::calibration_variance(dst, tokens, shape_.head_dim, kCalibrationSkip,
                                        static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
     }
-    if (shape_.rule == fathom::PlanRule::measured)
+    if (selector_.config().rule == fathom::PlanRule::measured)
       reads_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)] =
           fathom::calibrate_plane_reads(
               dst, tokens, shape_.head_dim, kCalibrationSkip,

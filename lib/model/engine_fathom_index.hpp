@@ -27,9 +27,6 @@ struct FathomIndexShape {
   /// keys are rotated before quantisation and queries before planning, and the planner's
   /// variances are the eigenvalues. For models without QK-norm. Exact attention is unaffected.
   bool klt = false;
-  /// fathom::PlanRule::measured: each stream's plane reads calibrated on its context keys (the
-  /// rotated ones with klt), depths planned on the host from them.
-  fathom::PlanRule rule = fathom::PlanRule::paper;
 };
 
 /// What one select() read and chose.
@@ -49,8 +46,9 @@ class FathomKeyIndex {
 
   /// Quantises `tokens` context keys of every stream of `layer` (key of stream s, token t at
   /// keys + s * stream_stride + t * head_dim) and measures the calibration variances
-  /// (fathom::calibration_variance, first 16 tokens skipped), or with the measured rule the
-  /// plane reads (fathom::calibrate_plane_reads, the same tokens).
+  /// (fathom::calibration_variance, first 16 tokens skipped); with the selector's
+  /// PlanRule::measured also the plane reads (fathom::calibrate_plane_reads, the same tokens, the
+  /// rotated keys with klt).
   void load_context(int layer, const float* keys, std::int64_t stream_stride, std::int64_t tokens);
   /// Appends one token per stream: keys [streams][head_dim].
   void append(int layer, const float* keys);

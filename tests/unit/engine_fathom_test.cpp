@@ -228,7 +228,7 @@ TEST(EngineFathomMeasured, IndexSelectsLikeTheSelectorsMeasuredRule) {
   shape.head_dim = kDim;
   shape.group = kGroup;
   shape.capacity = kTokens;
-  shape.rule = fathom::PlanRule::measured;
+  selector.rule = fathom::PlanRule::measured;
   FathomKeyIndex index(shape, selector, Backend::cpu);
   index.load_context(0, keys.data(), kTokens * kDim, kTokens);
   std::vector<std::int32_t> got(static_cast<std::size_t>(kStreams) * index.width());
@@ -243,7 +243,6 @@ TEST(EngineFathomMeasured, IndexSelectsLikeTheSelectorsMeasuredRule) {
     reads.push_back(fathom::calibrate_plane_reads(bf.data(), kTokens, kDim, 16, kTokens));
     store.append(s, 1, bf.data(), kDim, 0, kTokens);
   }
-  selector.rule = fathom::PlanRule::measured;
   fathom::FathomSelector reference(Backend::cpu, selector);
   const auto want = reference.select(store, queries.data(), kGroup, nullptr, 1, reads);
   for (int s = 0; s < kStreams; ++s) {
