@@ -1,9 +1,11 @@
 // hisparse-bench list, plan, info, help and flag errors end to end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "support/run_command.hpp"
 
@@ -111,11 +113,75 @@ TEST(CliCommands, BadFlagsAreOneLineAndExitStatus2) {
   }
 }
 
+TEST(CliCommands, QualityStudyJsonHasEveryMethodAndBothRules) {
+  const auto r = run_bench(
+      "quality --kv-heads 2 --tokens 2048 --top-k 128 --budgets 32,64,128 --seed 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["workload"]["generator"], "synthetic");
+  EXPECT_EQ(j["workload"]["profile"], "rope_qk_norm");
+  EXPECT_EQ(j["workload"]["seed"], 3);
+  std::vector<std::string> names;
+  for (const auto& row : j["rows"]) names.push_back(row["method"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"full-4bit", "fixed-32ch", "sparq-16", "sparq-32",
+                                             "oracle", "fathom-32", "fathom-64", "fathom-128",
+                                             "fathom-m-32", "fathom-m-64", "fathom-m-128"}));
+  // Costs in the shared convention: the fixed set reads 32 channels x (4 planes + 0.25 scale).
+  EXPECT_DOUBLE_EQ(j["rows"][1]["bits_per_token"].get<double>(), 136.0);
+  // Both rules reach the fixed set's error within 128 planes here, with fewer bits than its 136.
+  for (const char* rule : {"paper", "measured"}) {
+    ASSERT_TRUE(j["bits_at_fixed32_error"][rule].is_number()) << rule << ": " << r.output;
+    EXPECT_GT(j["bits_at_fixed32_error"][rule].get<double>(), 30.0) << rule;
+    EXPECT_LT(j["bits_at_fixed32_error"][rule].get<double>(), 150.0) << rule;
+  }
+}
+
+TEST(CliCommands, QualityStudySaysWhenNoBudgetReachesTheError) {
+  const auto r =
+      run_bench("quality --kv-heads 2 --tokens 2048 --top-k 128 --budgets 8 --rule paper");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("synthetic keys (rope_qk_norm profile, seed 1)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("| fathom-8 |"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("fathom-m-8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("paper rule: no budget given reaches the 32-channel scan's error"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(CliCommands, QualityStudyRejectsBadInput) {
+  auto r = run_bench("quality --budgets 600");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "error: --budgets: budget 600 plane bits is outside 0..512 for head_dim 128; use a "
+            "budget such as 40, 48, 64, 80 or 128\n");
+  r = run_bench("quality --tokens 10");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "error: --tokens: 10 tokens is out of range; use 1024 to 4194304 tokens, e.g. "
+            "--tokens 8192\n");
+  r = run_bench("quality --tokens 2048 --top-k 20");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "error: --top-k: top_k 20 does not fit 4 sinks + 32 recent tokens and half of 2048 "
+            "tokens; use 37 to 1024\n");
+  r = run_bench("quality --kv-heads 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "error: --kv-heads: 0 is out of range; use 1 to 4096 KV heads, e.g. --kv-heads 32\n");
+  r = run_bench("quality --profile flat");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "error: --profile: flat not in {rope_qk_norm,independent,correlated}; run "
+            "'hisparse-bench --help'\n");
+}
+
 TEST(CliCommands, HelpDocumentsExitStatus) {
   const auto r = run_bench("--help");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("Exit status: 0 success; 1 a sweep point failed"), std::string::npos);
-  for (const char* sub : {"run", "validate", "list", "plan", "info"})
+  for (const char* sub : {"run", "validate", "list", "plan", "info", "quality"})
     EXPECT_NE(r.output.find(std::string("  ") + sub), std::string::npos) << sub;
   const auto run_help = run_bench("run --help");
   EXPECT_EQ(run_help.exit_code, 0);

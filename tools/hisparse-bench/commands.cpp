@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "fathom/quality_study.hpp"
 #include "model/capacity_model.hpp"
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
@@ -417,6 +419,119 @@ int info_command(const CommonOptions& o) {
     fmt::print("{} hardware threads\n", props.multiprocessors);
     fmt::print("measured ({} copies): host memcpy {:.1f} GB/s (read + write)\n",
                format_bytes(c.bytes), c.host_copy_gbps);
+  }
+  return exit_code::ok;
+}
+
+int quality_command(const QualityOptions& q, const CommonOptions& o) {
+  using fathom::MethodSpec, fathom::PlanRule, fathom::ScanMethod;
+  if (q.tokens < 1024 || q.tokens > (std::int64_t{1} << 22))
+    throw Error("--tokens", fmt::format("{} tokens is out of range", q.tokens),
+                "use 1024 to 4194304 tokens, e.g. --tokens 8192");
+  if (q.kv_heads < 1 || q.kv_heads > 4096)
+    throw Error("--kv-heads", fmt::format("{} is out of range", q.kv_heads),
+                "use 1 to 4096 KV heads, e.g. --kv-heads 32");
+  fathom::QualityConfig cfg;
+  cfg.workload.profile = q.profile == "independent"  ? fathom::KeyProfile::independent
+                         : q.profile == "correlated" ? fathom::KeyProfile::correlated
+                                                     : fathom::KeyProfile::rope_qk_norm;
+  cfg.workload.tokens = q.tokens;
+  cfg.workload.steps = 1;
+  cfg.workload.seed = q.seed;
+  cfg.kv_heads = q.kv_heads;
+  cfg.top_k = q.top_k;
+  cfg.klt = q.klt;
+  cfg.float_scores = q.float_scores;
+  const int channels = cfg.workload.channels;
+  if (q.top_k <= cfg.sinks + cfg.recent || q.top_k > q.tokens / 2)
+    throw Error("--top-k",
+                fmt::format("top_k {} does not fit {} sinks + {} recent tokens and "
+                            "half of {} tokens",
+                            q.top_k, cfg.sinks, cfg.recent, q.tokens),
+                fmt::format("use {} to {}", cfg.sinks + cfg.recent + 1, q.tokens / 2));
+  if (q.budgets.empty())
+    throw Error("--budgets", "no budget given", "list plane-bit budgets, e.g. --budgets 32,48,64");
+  for (int b : q.budgets) fathom::check_budget(b, channels, "--budgets");
+  std::vector<PlanRule> rules;
+  if (q.rule != "measured") rules.push_back(PlanRule::paper);
+  if (q.rule != "paper") rules.push_back(PlanRule::measured);
+  for (const auto& m : fathom::default_methods())
+    if (m.method != ScanMethod::fathom) cfg.methods.push_back(m);
+  for (PlanRule rule : rules)
+    for (int b : q.budgets) {
+      MethodSpec m{ScanMethod::fathom, b, 0};
+      m.rule = rule;
+      cfg.methods.push_back(m);
+    }
+  const auto stats = fathom::attention_stats(cfg);
+  const auto rows = fathom::quality_study(cfg);
+  const auto fixed =
+      std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.name == "fixed-32ch"; });
+  nlohmann::json j{{"backend", "cpu"},
+                   {"workload",
+                    {{"generator", "synthetic"},
+                     {"profile", q.profile},
+                     {"tokens", q.tokens},
+                     {"kv_heads", q.kv_heads},
+                     {"seed", q.seed},
+                     {"channels", channels},
+                     {"query_heads", cfg.workload.heads}}},
+                   {"top_k", q.top_k},
+                   {"float_scores", q.float_scores},
+                   {"attention",
+                    {{"entropy_nats", stats.entropy},
+                     {"sink_mass", stats.sink_mass},
+                     {"recent_mass", stats.recent_mass},
+                     {"selected_mass", stats.selected_mass}}},
+                   {"rows", nlohmann::json::array()},
+                   {"bits_at_fixed32_error", nlohmann::json::object()}};
+  for (const auto& r : rows)
+    j["rows"].push_back({{"method", r.name},
+                         {"bits_per_token", r.bits_per_token},
+                         {"active_channels", r.active_channels},
+                         {"recall", r.recall},
+                         {"attention_rel_error", r.attention_error}});
+  // Bits each rule's Fathom rows need at the 32-channel scan's error (plain basis).
+  // Not reached when no budget given gets down to that error (then null, and the text says so).
+  std::vector<std::pair<std::string, std::optional<double>>> needed;
+  for (PlanRule rule : rules) {
+    std::vector<fathom::QualityRow> own;
+    for (const auto& r : rows)
+      if (r.method.method == ScanMethod::fathom && r.method.rule == rule && !r.method.klt)
+        own.push_back(r);
+    const bool reached = std::any_of(own.begin(), own.end(), [&](const auto& r) {
+      return r.attention_error <= fixed->attention_error;
+    });
+    std::optional<double> bits;
+    if (reached) bits = fathom::fathom_bits_at_error(own, fixed->attention_error);
+    needed.emplace_back(fathom::plan_rule_name(rule), bits);
+    j["bits_at_fixed32_error"][fathom::plan_rule_name(rule)] =
+        bits ? nlohmann::json(*bits) : nlohmann::json(nullptr);
+  }
+  if (o.json) {
+    print_json(j);
+    return exit_code::ok;
+  }
+  fmt::print(
+      "Fathom quality study, CPU, synthetic keys ({} profile, seed {}): {} KV heads x {} tokens, "
+      "{} query heads x head_dim {}, top_k {}{}\n",
+      q.profile, q.seed, q.kv_heads, q.tokens, cfg.workload.heads, channels, q.top_k,
+      q.float_scores ? ", float-weight scores" : "");
+  fmt::print(
+      "dense attention: entropy {:.2f} nats, sinks {:.3f}, last 32 {:.3f}, exact top-k "
+      "selection {:.3f} of the mass\n\n",
+      stats.entropy, stats.sink_mass, stats.recent_mass, stats.selected_mass);
+  fmt::print("{}\n", fathom::format_quality_table(rows));
+  for (const auto& [rule, bits] : needed) {
+    if (bits)
+      fmt::print(
+          "{} rule: {:.1f} bits at the 32-channel scan's error ({:.5f}), {:.3f}x of its {}\n", rule,
+          *bits, fixed->attention_error, *bits / fixed->bits_per_token, fixed->bits_per_token);
+    else
+      fmt::print(
+          "{} rule: no budget given reaches the 32-channel scan's error ({:.5f}); add larger "
+          "budgets to --budgets\n",
+          rule, fixed->attention_error);
   }
   return exit_code::ok;
 }

@@ -28,6 +28,19 @@ struct PlanOptions {
   double host_mem_gib = 0.0;
 };
 
+/// `quality`: the Fathom quality study (CPU, synthetic keys).
+struct QualityOptions {
+  std::string profile = "rope_qk_norm";  ///< rope_qk_norm | independent | correlated
+  std::int64_t tokens = 8192;
+  int kv_heads = 32;  ///< KV heads (workload seeds) averaged
+  int top_k = 256;
+  std::vector<int> budgets{32, 40, 48, 56, 64, 80, 96, 128};
+  std::string rule = "both";  ///< paper | measured | both
+  bool klt = false;
+  bool float_scores = false;
+  std::uint64_t seed = 1;
+};
+
 /// Tracing flags of `run` and `trace`.
 struct TraceRequest {
   bool trace = false;       ///< --trace (or the `trace` subcommand)
@@ -50,5 +63,6 @@ int validate_command(const std::vector<std::string>& scenarios, const CommonOpti
 int list_command(const std::string& what, const CommonOptions& o);
 int plan_command(const PlanOptions& p, const CommonOptions& o);
 int info_command(const CommonOptions& o);
+int quality_command(const QualityOptions& q, const CommonOptions& o);
 
 }  // namespace hisparse::cli

@@ -172,6 +172,38 @@ int run_cli(int argc, char** argv) {
   add_json(plan);
   plan->footer(kFooter);
 
+  cli::QualityOptions quality_opts;
+  auto* quality = app.add_subcommand(
+      "quality",
+      "Fathom quality study on synthetic keys (CPU): recall and attention error of every method "
+      "at equal cost, and the bits Fathom needs at the 32-channel scan's error");
+  quality
+      ->add_option("--profile", quality_opts.profile,
+                   "Synthetic keys: rope_qk_norm (default) | independent | correlated")
+      ->check(CLI::IsMember({"rope_qk_norm", "independent", "correlated"}));
+  quality->add_option("--tokens", quality_opts.tokens, "Context tokens per KV head (default 8192)");
+  quality->add_option("--kv-heads", quality_opts.kv_heads,
+                      "KV heads (workload seeds) averaged (default 32)");
+  quality->add_option("--top-k", quality_opts.top_k,
+                      "Selected tokens per query head (default 256)");
+  quality
+      ->add_option("--budgets", quality_opts.budgets,
+                   "Fathom plane-bit budgets, comma-separated (default 32,40,48,56,64,80,96,128)")
+      ->delimiter(',');
+  quality
+      ->add_option("--rule", quality_opts.rule,
+                   "Fathom planner rule: paper | measured | both (default both)")
+      ->check(CLI::IsMember({"paper", "measured", "both"}));
+  quality->add_flag("--klt", quality_opts.klt,
+                    "Also every fathom and fixed-channel method in the keys' KLT basis");
+  quality->add_flag("--float-scores", quality_opts.float_scores,
+                    "Score with float weights (REFERENCE.md's formula), not the shipped scan's "
+                    "8-bit weights");
+  quality->add_option("--seed", quality_opts.seed,
+                      "Workload seed of the first KV head (default 1)");
+  add_json(quality);
+  quality->footer(kFooter);
+
   auto* info = app.add_subcommand("info", "Print the device and measure its bandwidth ceilings");
   add_backend(info);
   add_json(info);
@@ -197,6 +229,7 @@ int run_cli(int argc, char** argv) {
   if (*list) return cli::list_command(what, common);
   if (*plan) return cli::plan_command(plan_opts, common);
   if (*info) return cli::info_command(common);
+  if (*quality) return cli::quality_command(quality_opts, common);
   return exit_code::bad_input;
 }
 
