@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/run_command.hpp"
@@ -151,30 +152,26 @@ TEST(CliCommands, QualityStudySaysWhenNoBudgetReachesTheError) {
 }
 
 TEST(CliCommands, QualityStudyRejectsBadInput) {
-  auto r = run_bench("quality --budgets 600");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output,
-            "error: --budgets: budget 600 plane bits is outside 0..512 for head_dim 128; use a "
-            "budget such as 40, 48, 64, 80 or 128\n");
-  r = run_bench("quality --tokens 10");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output,
-            "error: --tokens: 10 tokens is out of range; use 1024 to 4194304 tokens, e.g. "
-            "--tokens 8192\n");
-  r = run_bench("quality --tokens 2048 --top-k 20");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output,
-            "error: --top-k: top_k 20 does not fit 4 sinks + 32 recent tokens and half of 2048 "
-            "tokens; use 37 to 1024\n");
-  r = run_bench("quality --kv-heads 0");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output,
-            "error: --kv-heads: 0 is out of range; use 1 to 4096 KV heads, e.g. --kv-heads 32\n");
-  r = run_bench("quality --profile flat");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output,
-            "error: --profile: flat not in {rope_qk_norm,independent,correlated}; run "
-            "'hisparse-bench --help'\n");
+  const std::pair<const char*, const char*> cases[] = {
+      {"quality --budgets 600",
+       "error: --budgets: budget 600 plane bits is outside 0..512 for head_dim 128; use a budget "
+       "such as 40, 48, 64, 80 or 128\n"},
+      {"quality --tokens 10",
+       "error: --tokens: 10 tokens is out of range; use 1024 to 4194304 tokens, e.g. --tokens "
+       "8192\n"},
+      {"quality --tokens 2048 --top-k 20",
+       "error: --top-k: top_k 20 does not fit 4 sinks + 32 recent tokens and half of 2048 tokens; "
+       "use 37 to 1024\n"},
+      {"quality --kv-heads 0",
+       "error: --kv-heads: 0 is out of range; use 1 to 4096 KV heads, e.g. --kv-heads 32\n"},
+      {"quality --profile flat",
+       "error: --profile: flat not in {rope_qk_norm,independent,correlated}; run 'hisparse-bench "
+       "--help'\n"}};
+  for (const auto& [args, message] : cases) {
+    const auto r = run_bench(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_EQ(r.output, message) << args;
+  }
 }
 
 TEST(CliCommands, HelpDocumentsExitStatus) {
