@@ -8,6 +8,7 @@
 
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
+#include "fathom/synthetic_keys.hpp"
 #include "trace/nvtx.hpp"
 
 namespace hisparse::fathom {
@@ -99,10 +100,18 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
   out.gain.assign(static_cast<std::size_t>(channels) * kDepths, 1.0f);
   out.distortion.assign(out.gain.size(), 0.0f);
   const std::int64_t begin = std::clamp<std::int64_t>(skip, 0, tokens);
-  const std::int64_t first = (begin + kf::kBlockTokens - 1) / kf::kBlockTokens;
-  const std::int64_t last =
-      std::min<std::int64_t>(tokens, begin + std::max(count, 0)) / kf::kBlockTokens;
-  if (last <= first) return out;
+  std::int64_t first = (begin + kf::kBlockTokens - 1) / kf::kBlockTokens;
+  std::int64_t last = std::min<std::int64_t>(tokens, begin + std::max(count, 0)) / kf::kBlockTokens;
+  if (last <= first) first = 0, last = tokens / kf::kBlockTokens;  // too short to skip
+  if (last <= first) {
+    // Not one whole block: the paper's model, Var(k) 4^-t over the tokens there are, gains 1.
+    const auto var = calibration_variance(keys, tokens, channels, 0, static_cast<int>(tokens));
+    for (int j = 0; j < channels; ++j)
+      for (int t = 0; t < kDepths; ++t)
+        out.distortion[static_cast<std::size_t>(j) * kDepths + t] =
+            var[static_cast<std::size_t>(j)] * std::ldexp(1.0f, -2 * t);
+    return out;
+  }
   const double n = static_cast<double>((last - first) * kf::kBlockTokens);
   for (int j = 0; j < channels; ++j) {
     // Sums of k, k k, and per depth of r, k r and r r.

@@ -66,7 +66,8 @@ class DepthPlanner {
 /// How each channel reads at depth 0..kPlanes, measured over calibration tokens [skip, skip +
 /// count) of bf16 keys [tokens][channels], quantized as the plane store does (whole 64-token
 /// blocks from the first at or after skip, fp16 absmax scales, midpoint reads r). Tables are
-/// [channels][kPlanes + 1]; depth 0 reads nothing (r = 0).
+/// [channels][kPlanes + 1]; depth 0 reads nothing (r = 0). Too few tokens after skip: every
+/// whole block; not one whole block: the paper's model (Var(k) 4^-t, gains 1).
 struct PlaneReadCalibration {
   /// Least-squares gain of the read, Cov(k, r) / Var(r) (1 where r does not vary): a query
   /// weight times gain[j][d] scores channel j as if its read at depth d were gain x r.

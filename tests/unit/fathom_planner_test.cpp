@@ -138,10 +138,13 @@ TEST(FathomPlannerMeasured, CalibrationOfAPlusMinusOneChannel) {
     EXPECT_NEAR(reads.gain[t], 1.0f / midpoint[t], 1e-5f) << "depth " << t;
     EXPECT_NEAR(reads.distortion[t], 0.0f, 1e-6f) << "depth " << t;
   }
-  // Too few tokens for a whole block: nothing measured, gains 1 and no error anywhere.
-  const auto none = calibrate_plane_reads(keys.data(), 63, 1, 0, 63);
-  EXPECT_EQ(none.gain, std::vector<float>(5, 1.0f));
-  EXPECT_EQ(none.distortion, std::vector<float>(5, 0.0f));
+  // Nothing whole after skip = 70: every whole block (both; block 0's +-4 widens the variance).
+  const auto all = calibrate_plane_reads(keys.data(), tokens, 1, 70, 58);
+  EXPECT_FLOAT_EQ(all.distortion[0], 8.5f);  // mean 0; (64 x 16 + 64 x 1) / 128
+  // Not one whole block (62 tokens of +-4): the paper's model, Var(k) 4^-t with gains 1.
+  const auto short_run = calibrate_plane_reads(keys.data(), 62, 1, 16, 62);
+  EXPECT_EQ(short_run.gain, std::vector<float>(5, 1.0f));
+  EXPECT_EQ(short_run.distortion, (std::vector<float>{16.0f, 4.0f, 1.0f, 0.25f, 0.0625f}));
 }
 
 TEST(FathomPlannerMeasured, GreedyByErrorPerBitOverTheConvexHull) {
