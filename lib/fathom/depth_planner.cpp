@@ -187,15 +187,12 @@ void depth_plan_measured(const float* queries, int heads, int channels,
   }
 }
 
-std::vector<float> gained_queries(const float* queries, int heads, int channels,
-                                  const PlaneReadCalibration& reads,
-                                  std::span<const std::uint8_t> depths) {
-  std::vector<float> out(queries, queries + static_cast<std::size_t>(heads) * channels);
+void apply_read_gains(float* queries, int heads, int channels, const PlaneReadCalibration& reads,
+                      std::span<const std::uint8_t> depths) {
   for (int h = 0; h < heads; ++h)
     for (int j = 0; j < channels; ++j)
-      out[static_cast<std::size_t>(h) * channels + j] *=
+      queries[static_cast<std::size_t>(h) * channels + j] *=
           reads.gain[static_cast<std::size_t>(j) * (kf::kPlanes + 1) + depths[j]];
-  return out;
 }
 
 std::vector<std::uint8_t> method_depths(const MethodSpec& method, const float* queries, int heads,

@@ -82,11 +82,10 @@ struct PlaneReadCalibration {
 /// PlanRule::measured: depths of one stream for `budget` planes, from queries [heads][channels].
 void depth_plan_measured(const float* queries, int heads, int channels,
                          const PlaneReadCalibration& reads, int budget, std::uint8_t* depths);
-/// PlanRule::measured: the queries [heads][channels] the scan reads with, each channel's weight
-/// times the gain of its read at its depth.
-[[nodiscard]] std::vector<float> gained_queries(const float* queries, int heads, int channels,
-                                                const PlaneReadCalibration& reads,
-                                                std::span<const std::uint8_t> depths);
+/// PlanRule::measured: turns queries [heads][channels] (in place) into the ones the scan reads
+/// with, each channel's weight times the gain of its read at its depth.
+void apply_read_gains(float* queries, int heads, int channels, const PlaneReadCalibration& reads,
+                      std::span<const std::uint8_t> depths);
 
 /// Checks a budget against head_dim; throws Error naming `where` otherwise.
 void check_budget(int budget, int channels, const std::string& where);

@@ -205,7 +205,8 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
           // The measured rule scores each read with its least-squares gain.
           std::vector<float> q_gained;
           if (methods[m].method == ScanMethod::fathom && methods[m].rule == PlanRule::measured) {
-            q_gained = gained_queries(qm, heads, d, view.reads, depths);
+            q_gained.assign(qm, qm + static_cast<std::size_t>(heads) * d);
+            apply_read_gains(q_gained.data(), heads, d, view.reads, depths);
             qm = q_gained.data();
           }
           const PlaneStore& store = *view.store;

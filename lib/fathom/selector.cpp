@@ -73,16 +73,14 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
                   "pass calibrate_plane_reads() of each KV head's stored keys to select()");
     check_budget(config_.budget, d, "fathom selector: budget");
     const auto per_stream = static_cast<std::size_t>(heads) * d;
-    std::vector<float> gained(q_count);
+    std::vector<float> gained(queries, queries + q_count);
     depths_host_.resize(static_cast<std::size_t>(streams) * d);
     for (std::size_t s = 0; s < static_cast<std::size_t>(streams); ++s) {
       const PlaneReadCalibration& r = reads[s % reads.size()];
       std::uint8_t* plan = depths_host_.data() + s * d;
       depth_plan_measured(queries + s * per_stream, heads, d, r, config_.budget, plan);
-      const auto g =
-          gained_queries(queries + s * per_stream, heads, d, r,
-                         std::span<const std::uint8_t>(plan, static_cast<std::size_t>(d)));
-      std::copy(g.begin(), g.end(), gained.begin() + static_cast<std::ptrdiff_t>(s * per_stream));
+      apply_read_gains(gained.data() + s * per_stream, heads, d, r,
+                       std::span<const std::uint8_t>(plan, static_cast<std::size_t>(d)));
     }
     copy_bytes(q_dev.device_data(), gained.data(), q_dev.bytes(), backend_);
     copy_bytes(depths.device_data(), depths_host_.data(), depths.bytes(), backend_);

@@ -184,7 +184,9 @@ TEST(FathomPlannerMeasured, GreedyByErrorPerBitOverTheConvexHull) {
   EXPECT_EQ(depths, (std::vector<std::uint8_t>{0, 0, 0}));
   // The scan reads with each channel's weight times the gain of its read.
   const std::vector<std::uint8_t> plan = {1, 0, 2};
-  EXPECT_EQ(gained_queries(q.data(), 1, 3, reads, plan), (std::vector<float>{2.0f, 1.0f, 0.5f}));
+  std::vector<float> gained = q;
+  apply_read_gains(gained.data(), 1, 3, reads, plan);
+  EXPECT_EQ(gained, (std::vector<float>{2.0f, 1.0f, 0.5f}));
 }
 
 TEST(FathomPlannerMeasured, MethodNeedsItsCalibration) {
