@@ -119,10 +119,12 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
 
   std::vector<std::int32_t> sel_host(max_sel * streams),
       count_host(static_cast<std::size_t>(streams));
-  depths_host_.resize(static_cast<std::size_t>(streams) * d);
   copy_bytes(sel_host.data(), selected.device_data(), selected.bytes(), backend_);
   copy_bytes(count_host.data(), counts.device_data(), counts.bytes(), backend_);
-  copy_bytes(depths_host_.data(), depths.device_data(), depths.bytes(), backend_);
+  if (config_.rule == PlanRule::paper) {  // the measured rule planned them on the host
+    depths_host_.resize(static_cast<std::size_t>(streams) * d);
+    copy_bytes(depths_host_.data(), depths.device_data(), depths.bytes(), backend_);
+  }
   std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(streams));
   for (std::int32_t s = 0; s < streams; ++s)
     out[s].assign(sel_host.begin() + static_cast<std::ptrdiff_t>(s * max_sel),
