@@ -19,6 +19,20 @@ inline constexpr int kSuperblockBlocks =
 inline constexpr int kMaxChannels = 256;  ///< head_dim limit of the kernels
 inline constexpr int kMaxGroupHeads = 8;  ///< query heads per KV head limit of the kernels
 
+/// Depth bytes (one per channel of a plan): the number of planes read, 0..kPlanes, or kSignRead:
+/// the top plane (the sign bit) alone, read without the block scales. The scan takes each block's
+/// scale of such a channel as 1, and the calibrated constant that stands in for it is folded into
+/// the query (apply_read_gains), so the channel costs 1 bit per token instead of 1.25.
+inline constexpr std::uint8_t kSignRead = 0x81;
+/// Planes a depth byte reads (0 for a byte that is no depth: the scan skips that channel).
+HISPARSE_HD int read_planes(std::uint8_t depth) {
+  return depth == kSignRead ? 1 : (depth <= kPlanes ? depth : 0);
+}
+/// Whether a depth byte reads its channel's block scales.
+HISPARSE_HD bool reads_scale(std::uint8_t depth) {
+  return depth >= 1 && depth <= kPlanes;
+}
+
 HISPARSE_HD float fused_multiply_add(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);

@@ -263,12 +263,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     depths = planned;
   }
   if (warp == 0) {
-    int units = 0;
+    int units = 0, scaled = 0;
     const int slots =
-        mma::order_slots_warp(depths, d, slot_channel, slot_info, unit_code, &units, lane);
+        mma::order_slots_warp(depths, d, slot_channel, slot_info, unit_code, &units, &scaled, lane);
     if (lane == 0) {
       scratch[0] = slots;
       scratch[1] = units;
+      scratch[2] = scaled;
     }
   }
   for (int h = tid; h < kMaxGroupHeads; h += THREADS) {
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     thr[h] = 0;
   }
   __syncthreads();
-  const int n_slots = scratch[0], n_units = scratch[1];
+  const int n_slots = scratch[0], n_units = scratch[1], n_scaled = scratch[2];
   if (n_units > m.units_cap) {  // depths exceed the budget the launch was sized for
     for (int h = tid; h < heads; h += THREADS)
       ws.candidate_counts[count_base() + h * ws.chunks] = -1;
@@ -292,7 +293,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   __syncthreads();
 
   // Stage one tile: 16-byte pieces of tb words per active (channel, plane) and tb scales per
-  // slot. Pieces of blocks past the stream's end are skipped (never read). Staged host planes
+  // slot that reads scales (sign reads, the last slots, read none). Pieces of blocks past the stream's end are skipped (never read). Staged host planes
   // come from the HBM staging area (unit ordinal and slot major) once their round has landed.
   const PlaneStaging& staging = ws.staging;
   auto stage = [&](int tile, int st) {
@@ -323,7 +324,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     }
     std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);
     const int pieces_s_log2 = tb_log2 - 3, pieces_s = tb / 8;
-    for (int i = tid; i < n_slots * pieces_s; i += THREADS) {
+    for (int i = tid; i < n_scaled * pieces_s; i += THREADS) {
       const int sl = i >> pieces_s_log2, c = i & (pieces_s - 1);
       const int b = b0 + 8 * c;
       if (b < nb)
@@ -350,7 +351,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     const int items = (n_slots * tb + 31) & ~31;
     for (int i = tid; i < items; i += THREADS) {
       const int sl = i >> tb_log2, w = i & (tb - 1);
-      const float sv = sl < n_slots && w < blocks_here ? scale_value(sc[sl * tb + w]) : 0.0f;
+      // A sign read's scale is 1 in every block that holds tokens.
+      const float sv = sl < n_slots && w < blocks_here
+                           ? (sl < n_scaled ? scale_value(sc[sl * tb + w]) : 1.0f)
+                           : 0.0f;
       float gm = group_scale_max(0.0f, sv);
 #pragma unroll
       for (int lanes = kScaleGroupBlocks / 2; lanes >= 1; lanes >>= 1)

@@ -10,8 +10,8 @@
 //   a0/a1 = slot t, rows g / g + 8 (half 0 / half 1 of the block, x = g); a2/a3 = slot 4 + t;
 //   b0/b1 = W[head 2P + g/4][slot t / 4 + t] in byte g % 4, zero elsewhere;
 //   c0..c3 = head 2P + t/2, tokens g + 16 (t & 1) + {0, 8, 32, 40}.
-// Slots are the active channels ordered by depth (deepest first, then by channel), so that the
-// four slots a warp builds together have about equal depths; padding slots have depth 0 and
+// Slots are the active channels ordered by depth (deepest first, then by channel; sign reads last
+// of all), so that the four slots a warp builds together have about equal depths; padding slots have depth 0 and
 // weight 0. Weights of one scale group live in shared memory as [head][t][slot / 4] bytes (slot % 4 =
 // t), so that one 32-bit load gives a lane its b0/b1 of two consecutive k-steps. Weights belong
 // to a scale group of 16 blocks; each block's scales enter as byte multipliers of its codes.
@@ -33,73 +33,93 @@ inline constexpr int kSlotsPerStep = 8;   ///< channel slots per k-step
 inline constexpr int kSlotsPerWord = 16;  ///< channel slots per 32-bit weight load (2 k-steps)
 inline constexpr int kMaxPairs = kMaxGroupHeads / 2;
 
-/// Slot metadata word: depth << 16 | first plane unit of the slot in the tile.
+/// Slot metadata word: sign read << 20 | depth << 16 | first plane unit of the slot in the tile.
 HISPARSE_HD int slot_depth(int info) {
-  return info >> 16;
+  return (info >> 16) & 0xf;
 }
 HISPARSE_HD int slot_unit(int info) {
   return info & 0xffff;
 }
 
-/// Orders the active channels of `depths` into slots (deepest first, ascending channel within a
-/// depth). Writes slot_channel[slot], slot_info[slot] and unit_code[unit] = channel << 2 | plane;
-/// returns the number of slots, *units the number of plane units.
+/// Slot classes in slot order: depth bytes 4, 3, 2, 1, then kSignRead. Depths never rise along
+/// the slots (the fragment build takes the first of four slots as the deepest), and the slots
+/// that read scales come first, so a scale row per slot serves exactly those.
+inline constexpr int kSlotClasses = kPlanes + 1;
+HISPARSE_HD std::uint8_t slot_class_byte(int c) {
+  return c < kPlanes ? static_cast<std::uint8_t>(kPlanes - c) : kSignRead;
+}
+HISPARSE_HD int slot_info_word(std::uint8_t depth, int unit) {
+  return (depth == kSignRead ? 1 << 20 : 0) | (read_planes(depth) << 16) | unit;
+}
+
+/// Orders the active channels of `depths` into slots (classes in slot order, ascending channel
+/// within a class; bytes of no class, such as 0, are no slot). Writes slot_channel[slot],
+/// slot_info[slot] and unit_code[unit] = channel << 2 | plane; returns the number of slots,
+/// *units the number of plane units and *scaled the number of slots that read scales.
 HISPARSE_HD int order_slots(const std::uint8_t* depths, int channels, int* slot_channel,
-                            int* slot_info, int* unit_code, int* units) {
+                            int* slot_info, int* unit_code, int* units, int* scaled) {
   int slots = 0, u = 0;
-  for (int d = kPlanes; d >= 1; --d)
+  for (int c = 0; c < kSlotClasses; ++c) {
+    if (c == kPlanes) *scaled = slots;
+    const std::uint8_t byte = slot_class_byte(c);
+    const int d = read_planes(byte);
     for (int j = 0; j < channels; ++j) {
-      if (depths[j] != d) continue;
+      if (depths[j] != byte) continue;
       slot_channel[slots] = j;
-      slot_info[slots] = (d << 16) | u;
+      slot_info[slots] = slot_info_word(byte, u);
       for (int p = 0; p < d; ++p) unit_code[u + p] = (j << 2) | p;
       u += d;
       ++slots;
     }
+  }
   *units = u;
   return slots;
 }
 
 #if defined(__CUDACC__)
 /// order_slots by one warp (every lane calls it; same outputs): ballots count the channels of
-/// each depth, and each channel's slot is the number of deeper channels plus its rank among the
-/// channels of its own depth. The single-thread loop took about 512 dependent steps at head_dim
-/// 128, a fixed cost of every scan block.
+/// each class, and each channel's slot is the number of channels in earlier classes plus its rank
+/// among the channels of its own class. The single-thread loop took about 512 dependent steps at
+/// head_dim 128, a fixed cost of every scan block.
 __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int channels,
                                                 int* slot_channel, int* slot_info, int* unit_code,
-                                                int* units, int lane) {
-  int count[kPlanes + 1] = {};
+                                                int* units, int* scaled, int lane) {
+  int count[kSlotClasses] = {};
   for (int c0 = 0; c0 < channels; c0 += 32) {
     const int j = c0 + lane;
-    const int dj = j < channels ? depths[j] : 0;
+    const std::uint8_t dj = j < channels ? depths[j] : 0;
 #pragma unroll
-    for (int d = 1; d <= kPlanes; ++d) count[d] += __popc(__ballot_sync(0xffffffffu, dj == d));
+    for (int c = 0; c < kSlotClasses; ++c)
+      count[c] += __popc(__ballot_sync(0xffffffffu, dj == slot_class_byte(c)));
   }
-  int slot_base[kPlanes + 1] = {}, unit_base[kPlanes + 1] = {};
+  int slot_base[kSlotClasses] = {}, unit_base[kSlotClasses] = {};
   int slots = 0, u = 0;
 #pragma unroll
-  for (int d = kPlanes; d >= 1; --d) {
-    slot_base[d] = slots;
-    unit_base[d] = u;
-    slots += count[d];
-    u += count[d] * d;
+  for (int c = 0; c < kSlotClasses; ++c) {
+    slot_base[c] = slots;
+    unit_base[c] = u;
+    slots += count[c];
+    u += count[c] * read_planes(slot_class_byte(c));
   }
+  *scaled = slot_base[kPlanes];
   const unsigned below = (1u << lane) - 1u;
   for (int c0 = 0; c0 < channels; c0 += 32) {
     const int j = c0 + lane;
-    const int dj = j < channels ? depths[j] : 0;
+    const std::uint8_t dj = j < channels ? depths[j] : 0;
 #pragma unroll
-    for (int d = kPlanes; d >= 1; --d) {
-      const unsigned mask = __ballot_sync(0xffffffffu, dj == d);
-      if (dj == d) {
+    for (int c = 0; c < kSlotClasses; ++c) {
+      const std::uint8_t byte = slot_class_byte(c);
+      const int d = read_planes(byte);
+      const unsigned mask = __ballot_sync(0xffffffffu, dj == byte);
+      if (dj == byte) {
         const int rank = __popc(mask & below);
-        const int slot = slot_base[d] + rank, unit = unit_base[d] + rank * d;
+        const int slot = slot_base[c] + rank, unit = unit_base[c] + rank * d;
         slot_channel[slot] = j;
-        slot_info[slot] = (d << 16) | unit;
+        slot_info[slot] = slot_info_word(byte, unit);
         for (int p = 0; p < d; ++p) unit_code[unit + p] = (j << 2) | p;
       }
-      slot_base[d] += __popc(mask);
-      unit_base[d] += __popc(mask) * d;
+      slot_base[c] += __popc(mask);
+      unit_base[c] += __popc(mask) * d;
     }
   }
   *units = u;

@@ -24,14 +24,15 @@ void plane_scores_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n,
     const int bit = static_cast<int>(i % kBlockTokens);
     for (int h = 0; h < args.heads; ++h) acc[h] = 0.0f;
     for (int j = 0; j < channels; ++j) {
-      const int t = depths[j];
+      const int t = read_planes(depths[j]);
       if (t == 0) continue;
       std::uint32_t code = 0;
       for (int p = 0; p < t; ++p)
         code = (code << 1) |
                static_cast<std::uint32_t>((words[args.layout.word_index(block, j, p)] >> bit) & 1u);
-      const float v =
-          f16_to_float(scales[args.layout.scale_index(block, j)]) * partial_multiplier(code, t);
+      const float scale =
+          reads_scale(depths[j]) ? f16_to_float(scales[args.layout.scale_index(block, j)]) : 1.0f;
+      const float v = scale * partial_multiplier(code, t);
       for (int h = 0; h < args.heads; ++h)
         acc[h] = fused_multiply_add(q[h * channels + j], v, acc[h]);
     }
@@ -46,17 +47,19 @@ void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::
   const std::uint16_t* scales = args.scales + s * args.layout.scales_per_stream();
   const float* q = args.queries + static_cast<std::int64_t>(s) * heads * channels;
   const std::uint8_t* depths = args.depths + static_cast<std::int64_t>(s) * channels;
-  std::vector<int> active;
+  std::vector<int> active, planes;
   for (int j = 0; j < channels; ++j)
-    if (depths[j] > 0) active.push_back(j);
+    if (read_planes(depths[j]) > 0) active.push_back(j), planes.push_back(read_planes(depths[j]));
   const std::size_t na = active.size();
   const std::int64_t nb = (n + kBlockTokens - 1) / kBlockTokens;
   std::vector<int> weights(static_cast<std::size_t>(heads) * na), offset(heads), shift(heads);
   std::vector<int> mult(na);
   std::vector<float> group_max(na);
   std::vector<std::uint32_t> codes(na);
-  const auto scale = [&](std::int64_t block, std::size_t k) {
-    return f16_to_float(scales[args.layout.scale_index(block, active[k])]);
+  const auto scale = [&](std::int64_t block, std::size_t k) {  // a sign read's scale is 1
+    return reads_scale(depths[active[k]])
+               ? f16_to_float(scales[args.layout.scale_index(block, active[k])])
+               : 1.0f;
   };
   for (std::int64_t g0 = 0; g0 < nb; g0 += kScaleGroupBlocks) {
     const std::int64_t g1 = std::min<std::int64_t>(nb, g0 + kScaleGroupBlocks);
@@ -79,7 +82,7 @@ void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::
       for (int h = 0; h < heads; ++h) {
         int sum = 0;
         for (std::size_t k = 0; k < na; ++k)
-          sum += weights[h * na + k] * mult[k] * code_offset(depths[active[k]]);
+          sum += weights[h * na + k] * mult[k] * code_offset(planes[k]);
         offset[h] = sum;
       }
       const std::int64_t b0 = block * kBlockTokens;
@@ -92,7 +95,7 @@ void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::
             code =
                 (code << 1) | static_cast<std::uint32_t>(
                                   (words[args.layout.word_index(block, active[k], p)] >> bit) & 1u);
-          codes[k] = masked_code(code, depths[active[k]]) * static_cast<std::uint32_t>(mult[k]);
+          codes[k] = masked_code(code, planes[k]) * static_cast<std::uint32_t>(mult[k]);
         }
         for (int h = 0; h < heads; ++h) {
           int dot = 0;

@@ -25,7 +25,7 @@ struct StreamTable {
   int* unit_code;
   int* slot_channel;
   int* slot_info;
-  int* counts;  // [0] slots, [1] units (0 when the depths exceed the staging's budget)
+  int* counts;  // [0] slots that read scales, [1] units (0 when the depths exceed the budget)
   std::uint8_t* depths;
 };
 __device__ inline StreamTable stream_table(unsigned char* smem, int local, int channels) {
@@ -88,12 +88,13 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
         t.depths[j] = a.depths[static_cast<std::int64_t>(s) * d + j];
     }
     __syncwarp();
-    int units = 0;
-    const int slots =
-        mma::order_slots_warp(t.depths, d, t.slot_channel, t.slot_info, t.unit_code, &units, lane);
+    int units = 0, scaled = 0;
+    mma::order_slots_warp(t.depths, d, t.slot_channel, t.slot_info, t.unit_code, &units, &scaled,
+                          lane);
     if (lane == 0) {
       // Over budget: the scan reports the failure; nothing is copied (the rounds still land).
-      t.counts[0] = units <= st.units_cap ? slots : 0;
+      // Scales: only the slots that read them (the first `scaled`; sign reads have none).
+      t.counts[0] = units <= st.units_cap ? scaled : 0;
       t.counts[1] = units <= st.units_cap ? units : 0;
     }
   }
@@ -111,7 +112,7 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
       const int word_pieces = static_cast<int>((b1 - b0 + 1) / 2);
       const int scale_pieces = static_cast<int>((b1 - b0 + 7) / 8);
       const StreamTable t = stream_table(smem, i, d);
-      const int slots = t.counts[0], units = t.counts[1];
+      const int scaled_slots = t.counts[0], units = t.counts[1];
       // Run u of the words lies at unit_code[u]'s (channel, plane) on the host and at row u of
       // the staging; run sl of the scales at slot_channel[sl] and row sl. Each block copies its
       // contiguous share of both (whole runs where it can).
@@ -127,7 +128,7 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
           st.blocks_cap / 2);
       const std::uint16_t* scales = a.scales + s * a.layout.scales_per_stream();
       copy_runs<THREADS>(
-          slots, scale_pieces, part, st.parts,
+          scaled_slots, scale_pieces, part, st.parts,
           [scales, layout = a.layout, channels = t.slot_channel, b0](int sl, int k) {
             return scales + layout.scale_index(b0 + 8 * k, channels[sl]);
           },

@@ -37,6 +37,7 @@ nlohmann::json to_json(const PointRecord& r) {
                      {"budget_bits", c.budget_bits},
                      {"fathom_klt", c.fathom_klt},
                      {"fathom_rule", fathom::plan_rule_name(c.fathom_rule)},
+                     {"fathom_centre_keys", c.fathom_centre_keys},
                      {"policy", c.policy}}},
                    {"status", r.ok ? "ok" : "failed"},
                    {"error", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.error)}};

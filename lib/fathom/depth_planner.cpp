@@ -35,15 +35,32 @@ const char* plan_rule_name(PlanRule rule) noexcept {
   return rule == PlanRule::measured ? "measured" : "paper";
 }
 
+namespace {
+/// Plane bits plus the scale's 0.25 bit when the read needs the block scales.
+double read_bits(std::uint8_t depth) {
+  return kf::read_planes(depth) + (kf::reads_scale(depth) ? 0.25 : 0.0);
+}
+}  // namespace
+
 double plan_bits(std::span<const std::uint8_t> depths) {
   double bits = 0;
-  for (auto t : depths) bits += t > 0 ? t + 0.25 : 0.0;
+  for (auto t : depths) bits += read_bits(t);
   return bits;
 }
 
 int active_channels(std::span<const std::uint8_t> depths) {
   return static_cast<int>(
-      std::count_if(depths.begin(), depths.end(), [](auto t) { return t > 0; }));
+      std::count_if(depths.begin(), depths.end(), [](auto t) { return kf::read_planes(t) > 0; }));
+}
+
+float PlaneReadCalibration::gain_of(int j, std::uint8_t depth) const {
+  if (depth == kf::kSignRead) return sign_gain[static_cast<std::size_t>(j)];
+  return gain[static_cast<std::size_t>(j) * (kf::kPlanes + 1) + kf::read_planes(depth)];
+}
+
+float PlaneReadCalibration::distortion_of(int j, std::uint8_t depth) const {
+  if (depth == kf::kSignRead) return sign_distortion[static_cast<std::size_t>(j)];
+  return distortion[static_cast<std::size_t>(j) * (kf::kPlanes + 1) + kf::read_planes(depth)];
 }
 
 void check_budget(int budget, int channels, const std::string& where) {
@@ -99,6 +116,8 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
   PlaneReadCalibration out;
   out.gain.assign(static_cast<std::size_t>(channels) * kDepths, 1.0f);
   out.distortion.assign(out.gain.size(), 0.0f);
+  out.sign_gain.assign(static_cast<std::size_t>(channels), 0.0f);
+  out.sign_distortion.assign(static_cast<std::size_t>(channels), 0.0f);
   const std::int64_t begin = std::clamp<std::int64_t>(skip, 0, tokens);
   std::int64_t first = (begin + kf::kBlockTokens - 1) / kf::kBlockTokens;
   std::int64_t last = std::min<std::int64_t>(tokens, begin + std::max(count, 0)) / kf::kBlockTokens;
@@ -106,15 +125,18 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
   if (last <= first) {
     // Not one whole block: the paper's model, Var(k) 4^-t over the tokens there are, gains 1.
     const auto var = calibration_variance(keys, tokens, channels, 0, static_cast<int>(tokens));
-    for (int j = 0; j < channels; ++j)
+    for (int j = 0; j < channels; ++j) {
       for (int t = 0; t < kDepths; ++t)
         out.distortion[static_cast<std::size_t>(j) * kDepths + t] =
             var[static_cast<std::size_t>(j)] * std::ldexp(1.0f, -2 * t);
-    return out;
+      out.sign_distortion[static_cast<std::size_t>(j)] = var[static_cast<std::size_t>(j)];
+    }
+    return out;  // (a sign read removes nothing there: never planned)
   }
   const double n = static_cast<double>((last - first) * kf::kBlockTokens);
   for (int j = 0; j < channels; ++j) {
-    // Sums of k, k k, and per depth of r, k r and r r.
+    // Sums of k, k k, and per read of r, k r and r r: reads 1..kPlanes are the depths, read 0
+    // the sign read (the top plane's midpoint without the scale, +-1/2).
     double sk = 0, skk = 0, sr[kDepths] = {}, skr[kDepths] = {}, srr[kDepths] = {};
     for (std::int64_t b = first; b < last; ++b) {
       const std::uint16_t* block = keys + b * kf::kBlockTokens * channels + j;
@@ -127,8 +149,9 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
         const std::uint32_t code = kf::quantize_code(k, scale);
         sk += k;
         skk += static_cast<double>(k) * k;
-        for (int t = 1; t < kDepths; ++t) {
-          const double r = kf::partial_value(code, t, scale);
+        for (int t = 0; t < kDepths; ++t) {
+          const double r = t == 0 ? kf::partial_multiplier(code >> (kf::kPlanes - 1), 1)
+                                  : kf::partial_value(code, t, scale);
           sr[t] += r;
           skr[t] += k * r;
           srr[t] += r * r;
@@ -139,12 +162,17 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
     const double var_k = std::max(0.0, skk / n - mean_k * mean_k);
     for (int t = 0; t < kDepths; ++t) {
       const std::size_t at = static_cast<std::size_t>(j) * kDepths + t;
+      // Read 0 is the sign read's slot in the sums; depth 0 itself reads nothing (gain 1).
+      float& gain = t == 0 ? out.sign_gain[static_cast<std::size_t>(j)] : out.gain[at];
+      float& distortion =
+          t == 0 ? out.sign_distortion[static_cast<std::size_t>(j)] : out.distortion[at];
+      out.distortion[at] = static_cast<float>(var_k);
       const double cov = skr[t] / n - mean_k * (sr[t] / n);
       const double var_r = srr[t] / n - (sr[t] / n) * (sr[t] / n);
-      out.distortion[at] = static_cast<float>(var_k);
+      distortion = static_cast<float>(var_k);
       if (var_r > 1e-9 * (srr[t] / n)) {  // r varies (not only by rounding of the sums)
-        out.gain[at] = static_cast<float>(cov / var_r);
-        out.distortion[at] = static_cast<float>(std::max(0.0, var_k - cov * cov / var_r));
+        gain = static_cast<float>(cov / var_r);
+        distortion = static_cast<float>(std::max(0.0, var_k - cov * cov / var_r));
       }
     }
   }
@@ -154,8 +182,8 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
 void depth_plan_measured(const float* queries, int heads, int channels,
                          const PlaneReadCalibration& reads, int budget, std::uint8_t* depths) {
   constexpr int kDepths = kf::kPlanes + 1;
-  constexpr double kScaleBits = 0.25;  // plan_bits(): a channel's scale, paid by its first plane
-  if (reads.distortion.size() != static_cast<std::size_t>(channels) * kDepths)
+  if (reads.distortion.size() != static_cast<std::size_t>(channels) * kDepths ||
+      reads.sign_distortion.size() != static_cast<std::size_t>(channels))
     throw Error("fathom planner (measured rule): plane read calibration",
                 fmt::format("{} values for head_dim {}", reads.distortion.size(), channels),
                 "calibrate with calibrate_plane_reads() on keys of this head_dim");
@@ -166,24 +194,31 @@ void depth_plan_measured(const float* queries, int heads, int channels,
       weight[j] += q * q;
     }
   std::fill(depths, depths + channels, std::uint8_t{0});
-  // Each round takes the step (one channel, from its depth to a deeper one) that removes the most
-  // weighted error variance per bit; a step of several planes is the lower convex hull, so a
-  // channel whose first plane alone gains little is still reached. Ties: lower channel, shorter.
+  // The reads a channel can move to, cheapest first: a sign read (1 bit), then depths 1..4 with
+  // the scale (t + 0.25 bits). Each round takes the move (one channel, from its read to a
+  // costlier one) that removes the most weighted error variance per bit; a move of several planes
+  // is the lower convex hull, so a channel whose first plane alone gains little is still reached.
+  // Only planes count against the budget (a sign read to depth 1 adds none). Ties: lower
+  // channel, cheaper read.
+  constexpr std::uint8_t kReads[] = {kf::kSignRead, 1, 2, 3, 4};
   for (int left = budget; left > 0;) {
     double best = 0;
-    int best_j = -1, best_to = 0;
+    int best_j = -1;
+    std::uint8_t best_to = 0;
     for (int j = 0; j < channels; ++j) {
-      const float* dj = reads.distortion.data() + static_cast<std::size_t>(j) * kDepths;
-      const int from = depths[j];
-      for (int to = from + 1; to <= std::min(kf::kPlanes, from + left); ++to) {
-        const double bits = (to - from) + (from == 0 ? kScaleBits : 0.0);
-        const double rate = weight[j] * (dj[from] - dj[to]) / bits;
+      const std::uint8_t from = depths[j];
+      const double e_from = reads.distortion_of(j, from);
+      for (const std::uint8_t to : kReads) {
+        const int planes = kf::read_planes(to) - kf::read_planes(from);
+        const double bits = read_bits(to) - read_bits(from);
+        if (bits <= 0 || planes < 0 || planes > left) continue;
+        const double rate = weight[j] * (e_from - reads.distortion_of(j, to)) / bits;
         if (rate > best) best = rate, best_j = j, best_to = to;
       }
     }
     if (best_j < 0) break;  // nothing left that lowers the error
-    left -= best_to - depths[best_j];
-    depths[best_j] = static_cast<std::uint8_t>(best_to);
+    left -= kf::read_planes(best_to) - kf::read_planes(depths[best_j]);
+    depths[best_j] = best_to;
   }
 }
 
@@ -191,8 +226,7 @@ void apply_read_gains(float* queries, int heads, int channels, const PlaneReadCa
                       std::span<const std::uint8_t> depths) {
   for (int h = 0; h < heads; ++h)
     for (int j = 0; j < channels; ++j)
-      queries[static_cast<std::size_t>(h) * channels + j] *=
-          reads.gain[static_cast<std::size_t>(j) * (kf::kPlanes + 1) + depths[j]];
+      queries[static_cast<std::size_t>(h) * channels + j] *= reads.gain_of(j, depths[j]);
 }
 
 std::vector<std::uint8_t> method_depths(const MethodSpec& method, const float* queries, int heads,

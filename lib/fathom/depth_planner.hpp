@@ -28,9 +28,11 @@ enum class ScanMethod { fathom, full_scan, fixed_channels, sparq, oracle };
 ///    (calibrate_plane_reads), and planes bought greedily by weighted error removed per bit (a
 ///    channel's first plane also pays its 0.25-bit scale) over each channel's lower convex hull.
 ///    The read at each depth is scored with its least-squares gain (the query weight times
-///    PlaneReadCalibration::gain). Why: with block-absmax scales the first plane's midpoint read
-///    removes about half of a channel's variance, not three quarters, and a channel whose range a
-///    bias widens can lose by being read shallowly.
+///    PlaneReadCalibration::gain). A channel may also be read by its sign alone, without its
+///    block scales (kSignRead: 1 bit instead of 1.25), where that removes more error per bit.
+///    Why: with block-absmax scales the first plane's midpoint read removes about half of a
+///    channel's variance, not three quarters, a channel whose range a bias widens can lose by
+///    being read shallowly, and a one-bit read hardly needs the per-block magnitude.
 enum class PlanRule { paper, measured };
 /// "paper" / "measured" (scenario key fathom.rule, results' fathom_rule).
 [[nodiscard]] const char* plan_rule_name(PlanRule rule) noexcept;
@@ -47,7 +49,8 @@ struct MethodSpec {
 };
 
 /// Bits per token of a plan in the shared cost convention: planes plus 0.25 bit of scale per
-/// active channel (REFERENCE.md section 2). The oracle reads bf16 keys: 16 bits per channel.
+/// active channel that reads its scales (REFERENCE.md section 2; sign reads do not). The oracle
+/// reads bf16 keys: 16 bits per channel.
 [[nodiscard]] double plan_bits(std::span<const std::uint8_t> depths);
 [[nodiscard]] int active_channels(std::span<const std::uint8_t> depths);
 
@@ -74,12 +77,20 @@ struct PlaneReadCalibration {
   std::vector<float> gain;
   /// Error variance of the gained read, Var(k) - Cov(k, r)^2 / Var(r); Var(k) at depth 0.
   std::vector<float> distortion;
+  /// The same two for a sign read (kSignRead: the top plane without the block scale, r = +-1/2),
+  /// [channels]. The gain then carries the channel's typical magnitude as well.
+  std::vector<float> sign_gain;
+  std::vector<float> sign_distortion;
+  /// Gain and error variance of channel j read with depth byte `depth` (0..kPlanes or kSignRead).
+  [[nodiscard]] float gain_of(int j, std::uint8_t depth) const;
+  [[nodiscard]] float distortion_of(int j, std::uint8_t depth) const;
 };
 [[nodiscard]] PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys,
                                                          std::int64_t tokens, int channels,
                                                          int skip, int count);
 
-/// PlanRule::measured: depths of one stream for `budget` planes, from queries [heads][channels].
+/// PlanRule::measured: depth bytes (0..kPlanes or kSignRead) of one stream for `budget` planes,
+/// from queries [heads][channels].
 void depth_plan_measured(const float* queries, int heads, int channels,
                          const PlaneReadCalibration& reads, int budget, std::uint8_t* depths);
 /// PlanRule::measured: turns queries [heads][channels] (in place) into the ones the scan reads

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/metrics.hpp"
+#include "fathom/key_centre.hpp"
 #include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
 #include "fathom/selector.hpp"
@@ -155,17 +156,24 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
   for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
     const StudyHead head = study_head(config, kvh);
     const auto& [spec, data, d, heads, n] = head;
+    // The keys the planes hold: as generated, or minus their calibration mean.
+    std::vector<std::uint16_t> centred;
+    if (config.centre_keys) {
+      centred.resize(data.keys.size());
+      KeyCentre::calibrate(data.keys.data(), n, d, spec.calibration_skip, spec.calibration_tokens)
+          .apply(data.keys.data(), centred.data(), n);
+    }
+    const std::uint16_t* stored = config.centre_keys ? centred.data() : data.keys.data();
     BasisView plain, klt;
-    fill_view(plain, data.keys.data(), n, d, data.variance, data.calibration_queries, spec);
+    fill_view(plain, stored, n, d, data.variance, data.calibration_queries, spec);
     std::optional<KltBasis> basis;
     std::vector<float> q_klt;
     if (any_klt) {
       // KLT: calibrated on the same tokens as the channel variances; keys rotated before
       // quantization, queries (test and calibration) rotated into the same basis.
-      basis = KltBasis::calibrate(data.keys.data(), n, d, spec.calibration_skip,
-                                  spec.calibration_tokens);
+      basis = KltBasis::calibrate(stored, n, d, spec.calibration_skip, spec.calibration_tokens);
       std::vector<std::uint16_t> rotated(data.keys.size());
-      basis->rotate_keys(data.keys.data(), rotated.data(), n);
+      basis->rotate_keys(stored, rotated.data(), n);
       std::vector<float> calibration(data.calibration_queries.size());
       basis->rotate(data.calibration_queries.data(), calibration.data(),
                     static_cast<std::int64_t>(calibration.size() / static_cast<std::size_t>(d)));

@@ -25,6 +25,9 @@ struct QualityConfig {
   /// Also run every fathom and fixed-channel method in the keys' KLT basis (rows "fathom-klt-B",
   /// "fixed-klt-32ch"): for models without QK-norm, whose key channels are correlated.
   bool klt = false;
+  /// Store every scanned method's keys minus their calibration mean (KeyCentre); the oracle and
+  /// the attention read the original keys.
+  bool centre_keys = false;
   /// Score with plane_scores_ref (float weights, the definition) instead of the shipped scan's
   /// 8-bit-weight scores.
   bool float_scores = false;

@@ -11,14 +11,16 @@
 
 namespace hisparse::fathom {
 
-std::vector<float> calibration_variance(const std::uint16_t* keys, std::int64_t tokens,
-                                        int channels, int skip, int count) {
-  std::vector<float> var(static_cast<std::size_t>(channels), 0.0f);
+CalibrationMoments calibration_moments(const std::uint16_t* keys, std::int64_t tokens, int channels,
+                                       int skip, int count) {
+  CalibrationMoments m;
+  m.mean.assign(static_cast<std::size_t>(channels), 0.0f);
+  m.variance.assign(static_cast<std::size_t>(channels), 0.0f);
   std::int64_t first = std::min<std::int64_t>(skip, tokens);
   std::int64_t last = std::min<std::int64_t>(tokens, first + count);
   if (last - first < 2) first = 0, last = tokens;  // too short to skip: use what there is
   const double n = static_cast<double>(last - first);
-  if (n < 1) return var;
+  if (n < 1) return m;
   for (int j = 0; j < channels; ++j) {
     double sum = 0, sum2 = 0;
     for (std::int64_t i = first; i < last; ++i) {
@@ -27,9 +29,15 @@ std::vector<float> calibration_variance(const std::uint16_t* keys, std::int64_t 
       sum2 += v * v;
     }
     const double mean = sum / n;
-    var[j] = static_cast<float>(std::max(0.0, sum2 / n - mean * mean));
+    m.mean[j] = static_cast<float>(mean);
+    m.variance[j] = static_cast<float>(std::max(0.0, sum2 / n - mean * mean));
   }
-  return var;
+  return m;
+}
+
+std::vector<float> calibration_variance(const std::uint16_t* keys, std::int64_t tokens,
+                                        int channels, int skip, int count) {
+  return calibration_moments(keys, tokens, channels, skip, count).variance;
 }
 
 namespace {

@@ -87,7 +87,14 @@ struct SyntheticKeys {
 
 [[nodiscard]] SyntheticKeys make_synthetic_keys(const SyntheticKeySpec& spec);
 
-/// Var(k_j) over tokens [skip, skip + count) of bf16 keys [tokens][channels] (fewer if short).
+/// Mean and Var(k_j) over tokens [skip, skip + count) of bf16 keys [tokens][channels] (fewer if
+/// short; all tokens when fewer than 2 remain after skip).
+struct CalibrationMoments {
+  std::vector<float> mean, variance;
+};
+[[nodiscard]] CalibrationMoments calibration_moments(const std::uint16_t* keys, std::int64_t tokens,
+                                                     int channels, int skip, int count);
+/// calibration_moments(...).variance.
 [[nodiscard]] std::vector<float> calibration_variance(const std::uint16_t* keys,
                                                       std::int64_t tokens, int channels, int skip,
                                                       int count);

@@ -243,6 +243,7 @@ void DecodeEngine::Impl::setup_offload() {
     shape.group = model_.gqa.q_heads / kv_heads_;
     shape.capacity = pool_capacity_;
     shape.klt = config_.fathom_klt;
+    shape.centre_keys = config_.fathom_centre_keys;
     fathom::SelectorConfig selector{top_k_, kFathomSinks, kFathomRecent, config_.budget_bits};
     selector.rule = config_.fathom_rule;
     fathom_index_ = std::make_unique<FathomKeyIndex>(shape, selector, Backend::cpu);

@@ -56,7 +56,8 @@ struct EngineConfig {
   /// fathom modes: how depths are planned (fathom::PlanRule; measured: from each stream's
   /// calibrated plane reads)
   fathom::PlanRule fathom_rule = fathom::PlanRule::paper;
-  std::string policy = "lru";  ///< hot-buffer replacement (analysis): lru|fifo|random|belady
+  bool fathom_centre_keys = false;  ///< fathom modes: keys minus their calibration mean (KeyCentre)
+  std::string policy = "lru";       ///< hot-buffer replacement (analysis): lru|fifo|random|belady
   WorkloadSpec workload;
   int max_decode_steps = 0;     ///< steps the engine may run: sizes the host pool and plane stores
                                 ///< of hisparse/fathom modes (0: 256); the Runner sets it

@@ -30,6 +30,8 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
                             static_cast<std::size_t>(shape.head_dim));
     bases_.emplace_back(shape.klt ? static_cast<std::size_t>(shape.streams) : 0,
                         fathom::KltBasis::identity(shape.head_dim));
+    centres_.emplace_back(shape.centre_keys ? static_cast<std::size_t>(shape.streams) : 0,
+                          fathom::KeyCentre::none(shape.head_dim));
     reads_.emplace_back(
         selector.rule == fathom::PlanRule::measured ? static_cast<std::size_t>(shape.streams) : 0);
   }
@@ -44,6 +46,14 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
     const float* src = keys + static_cast<std::ptrdiff_t>(s) * stream_stride;
     std::uint16_t* dst = bf.data() + static_cast<std::size_t>(s) * per_stream;
     for (std::size_t i = 0; i < per_stream; ++i) dst[i] = float_to_bf16(src[i]);
+    if (shape_.centre_keys) {  // the mean of the same calibration tokens, off every stored key
+      fathom::KeyCentre& centre =
+          centres_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)];
+      centre =
+          fathom::KeyCentre::calibrate(dst, tokens, shape_.head_dim, kCalibrationSkip,
+                                       static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
+      centre.apply(dst, dst, tokens);
+    }
     std::vector<float> var;
     if (shape_.klt) {
       // The stream's eigenbasis from the same calibration tokens; the store holds rotated keys.
@@ -77,6 +87,12 @@ void FathomKeyIndex::append(int layer, const float* keys) {
       static_cast<std::size_t>(shape_.streams) * static_cast<std::size_t>(shape_.head_dim);
   key_bf16_.resize(n);
   for (std::size_t i = 0; i < n; ++i) key_bf16_[i] = float_to_bf16(keys[i]);
+  if (shape_.centre_keys)
+    for (int s = 0; s < shape_.streams; ++s) {
+      const auto at = static_cast<std::size_t>(s) * static_cast<std::size_t>(shape_.head_dim);
+      centres_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)].apply(
+          key_bf16_.data() + at, key_bf16_.data() + at, 1);
+    }
   if (shape_.klt) {  // the stored keys are rotated; rotate_keys needs a separate output
     key_rotated_.resize(n);
     for (int s = 0; s < shape_.streams; ++s) {
@@ -115,16 +131,16 @@ FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::i
     std::fill(row + n, row + width_, -1);
     stats.rows_selected += static_cast<std::int64_t>(n);
     // The scan reads whole 64-token words of every active (channel, plane) and one fp16 scale
-    // per block of every active channel.
+    // per block of every active channel that reads its scales (sign reads do not).
     const std::int64_t blocks =
         (store.length(s) + kernels::fathom::kBlockTokens - 1) / kernels::fathom::kBlockTokens;
-    std::int64_t planes = 0, active = 0;
+    std::int64_t planes = 0, scaled = 0;
     for (std::size_t j = 0; j < d; ++j) {
       const std::uint8_t t = depths[static_cast<std::size_t>(s) * d + j];
-      planes += t;
-      active += t > 0 ? 1 : 0;
+      planes += kernels::fathom::read_planes(t);
+      scaled += kernels::fathom::reads_scale(t) ? 1 : 0;
     }
-    stats.bytes_scanned += blocks * (planes * 8 + active * 2);
+    stats.bytes_scanned += blocks * (planes * 8 + scaled * 2);
   }
   return stats;
 }

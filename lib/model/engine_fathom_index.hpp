@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "fathom/key_centre.hpp"
 #include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
 #include "fathom/selector.hpp"
@@ -27,6 +28,9 @@ struct FathomIndexShape {
   /// keys are rotated before quantisation and queries before planning, and the planner's
   /// variances are the eigenvalues. For models without QK-norm. Exact attention is unaffected.
   bool klt = false;
+  /// Quantise each stream's keys minus their calibration mean (fathom::KeyCentre, the same
+  /// tokens as the variances), before any KLT rotation. Selections see the same rankings.
+  bool centre_keys = false;
 };
 
 /// What one select() read and chose.
@@ -43,6 +47,10 @@ class FathomKeyIndex {
   /// Entries per stream of a selection: sinks + recent + group x (top_k - sinks - recent).
   [[nodiscard]] int width() const noexcept { return width_; }
   [[nodiscard]] const FathomIndexShape& shape() const noexcept { return shape_; }
+  /// The planes of `layer` (keys as stored: centred and/or rotated when the shape says so).
+  [[nodiscard]] const fathom::PlaneStore& store(int layer) const {
+    return *stores_.at(static_cast<std::size_t>(layer));
+  }
 
   /// Quantises `tokens` context keys of every stream of `layer` (key of stream s, token t at
   /// keys + s * stream_stride + t * head_dim) and measures the calibration variances
@@ -61,8 +69,9 @@ class FathomKeyIndex {
   int width_ = 0;
   fathom::FathomSelector selector_;
   std::vector<std::unique_ptr<fathom::PlaneStore>> stores_;
-  std::vector<std::vector<float>> variances_;                     ///< per layer [streams][head_dim]
-  std::vector<std::vector<fathom::KltBasis>> bases_;              ///< klt: per layer, per stream
+  std::vector<std::vector<float>> variances_;            ///< per layer [streams][head_dim]
+  std::vector<std::vector<fathom::KltBasis>> bases_;     ///< klt: per layer, per stream
+  std::vector<std::vector<fathom::KeyCentre>> centres_;  ///< centre_keys: per layer, per stream
   std::vector<std::vector<fathom::PlaneReadCalibration>> reads_;  ///< measured: per layer, stream
   std::vector<float> rotated_queries_;                 ///< klt: [streams][group][head_dim]
   std::vector<std::uint16_t> key_bf16_, key_rotated_;  ///< append(): [streams][head_dim]

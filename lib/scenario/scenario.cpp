@@ -384,8 +384,9 @@ class ScenarioParser {
   void fathom(const YAML::Node& n, FathomSpec& f) {
     if (!n.IsMap())
       throw Error(r_.where("fathom", n), "expected a mapping", "write e.g. 'fathom: {klt: true}'");
-    r_.known_keys(n, "fathom", {"klt", "rule"});
+    r_.known_keys(n, "fathom", {"klt", "rule", "centre_keys"});
     if (n["klt"]) f.klt = r_.boolean(n["klt"], "fathom.klt");
+    if (n["centre_keys"]) f.centre_keys = r_.boolean(n["centre_keys"], "fathom.centre_keys");
     if (n["rule"])
       f.rule = r_.choice(n["rule"], "fathom.rule", {"paper", "measured"}) == "measured"
                    ? fathom::PlanRule::measured
@@ -439,6 +440,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
     c.policy = value("policy").text;
     c.fathom_klt = s.fathom.klt;
     c.fathom_rule = s.fathom.rule;
+    c.fathom_centre_keys = s.fathom.centre_keys;
     c.workload = s.workload;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
@@ -585,7 +587,9 @@ nlohmann::json Scenario::to_json() const {
                    {"replay_path", workload.replay_path}};
   j["outputs"] = {{"dir", outputs.dir.string()}, {"formats", outputs.formats}};
   j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
-  j["fathom"] = {{"klt", fathom.klt}, {"rule", fathom::plan_rule_name(fathom.rule)}};
+  j["fathom"] = {{"klt", fathom.klt},
+                 {"rule", fathom::plan_rule_name(fathom.rule)},
+                 {"centre_keys", fathom.centre_keys}};
   return j;
 }
 

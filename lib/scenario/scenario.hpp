@@ -38,6 +38,8 @@
 //   fathom:                     # options of the fathom and hisparse+fathom modes
 //     klt: false                # plan and scan in each KV stream's calibration eigenbasis (KLT;
 //                               # for models without QK-norm, whose key channels are correlated)
+//     rule: paper               # depth planner: paper | measured (PlanRule, depth_planner.hpp)
+//     centre_keys: false        # quantize keys minus each stream's calibration mean (KeyCentre)
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -86,6 +88,7 @@ struct TraceSpec {
 struct FathomSpec {
   bool klt = false;                                 ///< EngineConfig::fathom_klt
   fathom::PlanRule rule = fathom::PlanRule::paper;  ///< EngineConfig::fathom_rule
+  bool centre_keys = false;                         ///< EngineConfig::fathom_centre_keys
 };
 
 /// One point of the sweep: the engine configuration it runs and the axis values that made it.

@@ -213,6 +213,10 @@ struct ScanCase {
   /// Then one PlaneScan runs twice, the second time with the queries times -1/4: nothing the
   /// first call left in the reused workspace (candidates, counts, thresholds) may leak into it.
   bool rerun_negated = false;
+  /// Every other depth-1 channel of each stream's plan becomes a sign read (kf::kSignRead: no
+  /// scales read), as PlanRule::measured plans them. The fused plan is then not checked (the
+  /// GPU planner never makes sign reads).
+  bool sign_reads = false;
 };
 
 // The first `count[s]` entries of each stream's selection equal the twin's.
@@ -260,6 +264,13 @@ void run_scan_case(const ScanCase& c) {
   p.budget = c.budget;
   p.depths = depths.data();
   kf::depth_plan_bisection_ref(p);
+  if (c.sign_reads) {
+    int ones = 0, signs = 0;
+    for (auto& t : depths)
+      if (t == 1 && ones++ % 2 == 0) t = kf::kSignRead, ++signs;
+    ASSERT_GE(signs, streams) << "too few depth-1 channels to test sign reads";
+    ASSERT_GT(ones, signs);
+  }
   auto qd = to_device(q, "q");
   auto dd = to_device(depths, "depths");
 
@@ -354,6 +365,7 @@ void run_scan_case(const ScanCase& c) {
       }
     }
   }
+  if (c.sign_reads) return;
   // The fused plan: every scan block plans its own stream; same depths, same selection.
   auto vard = to_device(var, "variances");
   auto planned = Buffer<std::uint8_t>::device(depths.size(), Backend::cuda, "planned depths");
@@ -453,6 +465,21 @@ TEST(FathomGpu, ScanSelectMatchesTwinWithTheBitonicMerge) {
   run_scan_case(c);
 }
 
+// Sign reads (PlanRule::measured): the scan takes their block scales as 1 and the staged copy
+// moves no scales for them; every variant, staged and direct, must still equal the twin.
+TEST(FathomGpu, ScanSelectMatchesTwinWithSignReads) {
+  HISPARSE_REQUIRE_GPU();
+  ScanCase hbm{PlaneLayoutKind::hbm, {5000, 70001, 37, 2048}, 4, 512, 48, false};
+  hbm.sign_reads = true;
+  run_scan_case(hbm);
+  ScanCase host{PlaneLayoutKind::host, {40000, 3333, 100, 65536}, 4, 512, 64, false};
+  host.sign_reads = true;
+  run_scan_case(host);
+  ScanCase odd{PlaneLayoutKind::hbm, {3000, 777}, 3, 256, 40, false, 40};
+  odd.sign_reads = true;
+  run_scan_case(odd);
+}
+
 // One synthetic KV head of 32K + 11 tokens in a CPU and a CUDA plane store (host layout).
 struct SelectorCase {
   static constexpr int kDim = 128, kHeads = 4;
@@ -495,6 +522,10 @@ TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {
   const auto a = on_cpu.select(c.cpu, c.data.query(0), c.kHeads, nullptr, 1, reads);
   const auto b = on_gpu.select(c.gpu, c.data.query(0), c.kHeads, nullptr, 1, reads);
   ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
+  // The plan holds sign reads, so the CUDA scan read channels without their scales.
+  EXPECT_GT(std::count(on_cpu.last_depths().begin(), on_cpu.last_depths().end(),
+                       kernels::fathom::kSignRead),
+            0);
   EXPECT_EQ(a, b);
 }
 

@@ -10,6 +10,7 @@
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "fathom/key_centre.hpp"
 #include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
 #include "fathom/selector.hpp"
@@ -210,8 +211,10 @@ TEST(EngineFathomKlt, DecodeRunsWithTheKltBasis) {
 }
 
 // The index with the measured rule calibrates each stream's plane reads on its context keys and
-// selects what the selector's measured rule selects with those calibrations.
-TEST(EngineFathomMeasured, IndexSelectsLikeTheSelectorsMeasuredRule) {
+// selects what the selector's measured rule selects with those calibrations; with centre_keys,
+// on keys minus each stream's calibration mean (the same 16 skipped tokens). Again after one
+// appended token (a large key that raises its block's scales).
+void expect_index_selects_like_the_selector(bool centre_keys) {
   constexpr int kStreams = 2, kDim = 32, kGroup = 4;
   constexpr std::int64_t kTokens = 700;
   Rng rng(37);
@@ -227,35 +230,88 @@ TEST(EngineFathomMeasured, IndexSelectsLikeTheSelectorsMeasuredRule) {
   shape.streams = kStreams;
   shape.head_dim = kDim;
   shape.group = kGroup;
-  shape.capacity = kTokens;
+  shape.capacity = kTokens + 1;
+  shape.centre_keys = centre_keys;
   selector.rule = fathom::PlanRule::measured;
   FathomKeyIndex index(shape, selector, Backend::cpu);
   index.load_context(0, keys.data(), kTokens * kDim, kTokens);
   std::vector<std::int32_t> got(static_cast<std::size_t>(kStreams) * index.width());
   (void)index.select(0, queries.data(), got.data());
 
-  fathom::PlaneStore store(Backend::cpu, fathom::PlaneLayoutKind::host, kStreams, kDim, kTokens);
+  fathom::PlaneStore store(Backend::cpu, fathom::PlaneLayoutKind::host, kStreams, kDim,
+                           kTokens + 1);
   std::vector<fathom::PlaneReadCalibration> reads;
+  std::vector<fathom::KeyCentre> centres;
   for (int s = 0; s < kStreams; ++s) {
     std::vector<std::uint16_t> bf(static_cast<std::size_t>(kTokens) * kDim);
     for (std::size_t i = 0; i < bf.size(); ++i)
       bf[i] = float_to_bf16(keys[static_cast<std::size_t>(s) * bf.size() + i]);
+    centres.push_back(centre_keys
+                          ? fathom::KeyCentre::calibrate(bf.data(), kTokens, kDim, 16, kTokens)
+                          : fathom::KeyCentre::none(kDim));
+    centres.back().apply(bf.data(), bf.data(), kTokens);
     reads.push_back(fathom::calibrate_plane_reads(bf.data(), kTokens, kDim, 16, kTokens));
     store.append(s, 1, bf.data(), kDim, 0, kTokens);
   }
   fathom::FathomSelector reference(Backend::cpu, selector);
-  const auto want = reference.select(store, queries.data(), kGroup, nullptr, 1, reads);
+  const auto expect_same = [&](const char* when) {
+    // The stored planes and scales of every block that holds tokens (keys centred alike),
+    // then the selections.
+    const fathom::PlaneStore& held = index.store(0);
+    const auto& L = held.layout();
+    int differ = 0;
+    for (int s = 0; s < kStreams; ++s)
+      for (std::int64_t b = 0; b * 64 < held.length(s); ++b)
+        for (int j = 0; j < kDim; ++j) {
+          const auto at =
+              static_cast<std::int64_t>(s) * L.scales_per_stream() + L.scale_index(b, j);
+          differ += held.host_scales()[at] != store.host_scales()[at];
+          for (int p = 0; p < 4; ++p) {
+            const auto w =
+                static_cast<std::int64_t>(s) * L.words_per_stream() + L.word_index(b, j, p);
+            differ += held.host_words()[w] != store.host_words()[w];
+          }
+        }
+    EXPECT_EQ(differ, 0) << "words or scales differ, " << when;
+    const auto want = reference.select(store, queries.data(), kGroup, nullptr, 1, reads);
+    for (int s = 0; s < kStreams; ++s) {
+      std::vector<std::int32_t> row(got.begin() + s * index.width(),
+                                    got.begin() + (s + 1) * index.width());
+      row.erase(std::find(row.begin(), row.end(), -1), row.end());
+      EXPECT_EQ(row, want[static_cast<std::size_t>(s)]) << "stream " << s << ", " << when;
+    }
+  };
+  expect_same("context");
+  std::vector<float> next(static_cast<std::size_t>(kStreams) * kDim);
+  for (std::size_t i = 0; i < next.size(); ++i) next[i] = 30.0f + static_cast<float>(i % 7);
+  index.append(0, next.data());
+  (void)index.select(0, queries.data(), got.data());
   for (int s = 0; s < kStreams; ++s) {
-    std::vector<std::int32_t> row(got.begin() + s * index.width(),
-                                  got.begin() + (s + 1) * index.width());
-    row.erase(std::find(row.begin(), row.end(), -1), row.end());
-    EXPECT_EQ(row, want[static_cast<std::size_t>(s)]) << "stream " << s;
+    std::vector<std::uint16_t> bf(kDim);
+    for (int j = 0; j < kDim; ++j) bf[j] = float_to_bf16(next[s * kDim + j]);
+    centres[static_cast<std::size_t>(s)].apply(bf.data(), bf.data(), 1);
+    store.append(s, 1, bf.data(), kDim, 0, 1);
   }
+  expect_same("after one appended token");
+}
+
+TEST(EngineFathomMeasured, IndexSelectsLikeTheSelectorsMeasuredRule) {
+  expect_index_selects_like_the_selector(false);
+}
+
+TEST(EngineFathomMeasured, CentredIndexSelectsLikeTheSelectorOnCentredKeys) {
+  expect_index_selects_like_the_selector(true);
 }
 
 TEST(EngineFathomMeasured, DecodeRunsWithTheMeasuredRule) {
   EngineConfig c = config(Mode::fathom, 48, 0);
   c.fathom_rule = fathom::PlanRule::measured;
+  EngineConfig centred = c;
+  centred.fathom_centre_keys = true;
+  for (double r : run(centred, 2).recall) {
+    EXPECT_GT(r, 0.5);
+    EXPECT_LE(r, 1.0);
+  }
   const Totals measured = run(c, 2);
   const Totals paper = run(config(Mode::fathom, 48, 0), 2);
   ASSERT_EQ(measured.recall.size(), 2u);

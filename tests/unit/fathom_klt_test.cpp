@@ -1,5 +1,6 @@
-// KLT basis: the Jacobi eigensolver on hand-worked matrices, orthonormality, dot products
-// preserved by the rotation, calibration covariance, and the selector's KLT option.
+// Key transforms before quantization. KLT basis: the Jacobi eigensolver on hand-worked matrices,
+// orthonormality, dot products preserved by the rotation, calibration covariance, and the
+// selector's KLT option. KeyCentre: the calibration mean, hand-worked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "fathom/key_centre.hpp"
 #include "fathom/klt.hpp"
 #include "fathom/selector.hpp"
 #include "fathom/synthetic_keys.hpp"
@@ -275,6 +277,30 @@ TEST(FathomKlt, CorrelatedProfileIsTheIndependentOneMixed) {
   const auto basis = KltBasis::calibrate(mixed.keys.data(), spec.tokens, d);
   const auto recovered = basis.variances();
   EXPECT_GT(spread(recovered), 0.5 * spread(plain.variance));
+}
+
+TEST(FathomKeyCentre, CalibrationMeanHandWorked) {
+  // 2 channels, 5 tokens; skip 1, count 3: tokens 1..3 give means (2, -4), token 0 and 4 unused.
+  const std::vector<float> k = {100, 100, 1, -3, 2, -4, 3, -5, 50, 50};
+  std::vector<std::uint16_t> bf(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) bf[i] = float_to_bf16(k[i]);
+  const KeyCentre c = KeyCentre::calibrate(bf.data(), 5, 2, 1, 3);
+  ASSERT_EQ(c.channels(), 2);
+  EXPECT_EQ(c.mean()[0], 2.0f);
+  EXPECT_EQ(c.mean()[1], -4.0f);
+  std::vector<std::uint16_t> out(bf.size());
+  c.apply(bf.data(), out.data(), 5);
+  const std::vector<float> want = {98, 104, -1, 1, 0, 0, 1, -1, 48, 54};
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(bf16_to_float(out[i]), want[i]) << i;
+  c.apply(bf.data(), bf.data(), 5);  // in place
+  EXPECT_EQ(bf, out);
+  // Fewer than 2 tokens after skip: every token (mean of 1 and 3 is 2).
+  const std::vector<std::uint16_t> two = {float_to_bf16(1), float_to_bf16(3)};
+  EXPECT_EQ(KeyCentre::calibrate(two.data(), 2, 1, 16, 100).mean()[0], 2.0f);
+  const KeyCentre none = KeyCentre::none(2);
+  std::vector<std::uint16_t> copy(2);
+  none.apply(two.data(), copy.data(), 1);
+  EXPECT_EQ(copy, std::vector<std::uint16_t>(two.begin(), two.begin() + 2));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "fathom/depth_planner.hpp"
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/depth_search.hpp"
+#include "kernels/fathom/fathom_math.hpp"
 #include "support/error_message.hpp"
 
 namespace hisparse::fathom {
@@ -162,6 +163,8 @@ TEST(FathomPlannerMeasured, GreedyByErrorPerBitOverTheConvexHull) {
   reads.gain = {1.0f, 2.0f, 1.5f,  1.0f, 1.0f,  //
                 1.0f, 1.0f, 1.0f,  1.0f, 1.0f,  //
                 1.0f, 0.5f, 0.25f, 1.0f, 1.0f};
+  reads.sign_distortion = {1.0f, 1.0f, 0.1f};  // sign reads that remove nothing
+  reads.sign_gain = {1.0f, 1.0f, 1.0f};
   const std::vector<float> q = {1.0f, 1.0f, 2.0f};
   std::vector<std::uint8_t> depths(3, 9);
   depth_plan_measured(q.data(), 1, 3, reads, 8, depths.data());
@@ -180,6 +183,8 @@ TEST(FathomPlannerMeasured, GreedyByErrorPerBitOverTheConvexHull) {
   PlaneReadCalibration flat;
   flat.distortion.assign(15, 1.0f);
   flat.gain.assign(15, 1.0f);
+  flat.sign_distortion.assign(3, 1.0f);
+  flat.sign_gain.assign(3, 1.0f);
   depth_plan_measured(q.data(), 1, 3, flat, 8, depths.data());
   EXPECT_EQ(depths, (std::vector<std::uint8_t>{0, 0, 0}));
   // The scan reads with each channel's weight times the gain of its read.
@@ -187,6 +192,39 @@ TEST(FathomPlannerMeasured, GreedyByErrorPerBitOverTheConvexHull) {
   std::vector<float> gained = q;
   apply_read_gains(gained.data(), 1, 3, reads, plan);
   EXPECT_EQ(gained, (std::vector<float>{2.0f, 1.0f, 0.5f}));
+}
+
+TEST(FathomPlannerMeasured, SignReadsCostOneBitAndNoScale) {
+  // The reads of the test above, but ch0's sign alone removes 0.45 of its error for 1 bit (rate
+  // 0.45, above its scaled first plane's 0.5 / 1.25 = 0.4), and ch2's removes 0.01 (x 4 = 0.04).
+  // Budget 3: ch0 -> sign (0.45), ch1 -> 2 (0.4), nothing left. Budget 4: then ch0 sign -> 2
+  // ((0.55 - 0.125) / 1.25 = 0.34) beats sign -> 1 (adding the scale: 0.05 / 0.25 = 0.2) and
+  // ch1 -> 3 (0.05).
+  PlaneReadCalibration reads;
+  reads.distortion = {1.0f, 0.5f,  0.125f, 0.03125f, 0.0078125f,  //
+                      1.0f, 1.0f,  0.1f,   0.05f,    0.04f,       //
+                      0.1f, 0.09f, 0.05f,  0.04f,    0.035f};
+  reads.gain.assign(15, 1.0f);
+  reads.sign_distortion = {0.55f, 1.0f, 0.09f};
+  reads.sign_gain = {3.0f, 1.0f, 1.0f};
+  const std::vector<float> q = {1.0f, 1.0f, 2.0f};
+  const std::uint8_t s = kernels::fathom::kSignRead;
+  std::vector<std::uint8_t> depths(3, 9);
+  depth_plan_measured(q.data(), 1, 3, reads, 3, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{s, 2, 0}));
+  EXPECT_EQ(plan_bits(depths), 1.0 + 2.25);
+  EXPECT_EQ(active_channels(depths), 2);
+  std::vector<float> gained = q;
+  apply_read_gains(gained.data(), 1, 3, reads, depths);
+  EXPECT_EQ(gained, (std::vector<float>{3.0f, 1.0f, 2.0f}));
+  depth_plan_measured(q.data(), 1, 3, reads, 4, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{2, 2, 0}));
+  // Without budget for planes, nothing is read (the sign read is a plane).
+  depth_plan_measured(q.data(), 1, 3, reads, 0, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{0, 0, 0}));
+  // Budget 1: only ch0's sign read fits a single plane at the best rate.
+  depth_plan_measured(q.data(), 1, 3, reads, 1, depths.data());
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{s, 0, 0}));
 }
 
 TEST(FathomPlannerMeasured, MethodNeedsItsCalibration) {

@@ -138,6 +138,14 @@ struct Fixture {
     args.streams = 1;
     args.heads = heads;
   }
+  /// Every other depth-1 channel becomes a sign read (same planes, so the same budget), leaving
+  /// channels of both kinds.
+  void use_sign_reads() {
+    int ones = 0;
+    for (auto& t : depths)
+      if (t == 1 && ones++ % 2 == 0) t = kf::kSignRead;
+    ASSERT_GE(ones, 2) << "the plan has too few depth-1 channels to test sign reads";
+  }
 };
 
 TEST(FathomScanMath, QuantizedScoresStayWithinTheRoundingBound) {
@@ -215,10 +223,11 @@ TEST(FathomScanMath, CandidateBoundIsConservative) {
 TEST(FathomScanFragments, SlotsAreOrderedDeepestFirst) {
   const std::vector<std::uint8_t> depths = {1, 0, 4, 2, 4, 0, 3, 1};
   std::vector<int> channel(8), info(8), unit(32);
-  int units = 0;
+  int units = 0, scaled = 0;
   const int slots =
-      km::order_slots(depths.data(), 8, channel.data(), info.data(), unit.data(), &units);
+      km::order_slots(depths.data(), 8, channel.data(), info.data(), unit.data(), &units, &scaled);
   ASSERT_EQ(slots, 6);
+  EXPECT_EQ(scaled, 6);
   EXPECT_EQ(units, 15);
   EXPECT_EQ(std::vector<int>(channel.begin(), channel.begin() + 6),
             (std::vector<int>{2, 4, 6, 3, 0, 7}));
@@ -229,6 +238,30 @@ TEST(FathomScanFragments, SlotsAreOrderedDeepestFirst) {
   EXPECT_EQ(unit[14], (7 << 2) | 0);
 }
 
+// Sign reads come after every slot that reads scales (depth 1 included), so depths never rise
+// along the slots and the scaled slots are a prefix; bytes that are no depth are no slot.
+TEST(FathomScanFragments, SignReadsAreTheLastSlots) {
+  const std::uint8_t s = kf::kSignRead;
+  const std::vector<std::uint8_t> depths = {s, 1, 0, 3, s, 9, 1, 0x82};
+  std::vector<int> channel(8), info(8), unit(32);
+  int units = 0, scaled = 0;
+  const int slots =
+      km::order_slots(depths.data(), 8, channel.data(), info.data(), unit.data(), &units, &scaled);
+  ASSERT_EQ(slots, 5);
+  EXPECT_EQ(scaled, 3);
+  EXPECT_EQ(units, 7);
+  EXPECT_EQ(std::vector<int>(channel.begin(), channel.begin() + 5),
+            (std::vector<int>{3, 1, 6, 0, 4}));
+  for (int sl = 0; sl < 5; ++sl) EXPECT_EQ(km::slot_depth(info[sl]), sl == 0 ? 3 : 1) << sl;
+  EXPECT_EQ(km::slot_unit(info[3]), 5);
+  EXPECT_EQ(unit[5], (0 << 2) | 0);
+  EXPECT_EQ(unit[6], (4 << 2) | 0);
+  EXPECT_EQ(kf::read_planes(s), 1);
+  EXPECT_FALSE(kf::reads_scale(s));
+  EXPECT_TRUE(kf::reads_scale(1));
+  EXPECT_EQ(kf::read_planes(9), 0);
+}
+
 // The kernel builds the A registers of a warp's two blocks together (one plane count and one set
 // of slot loads); that must equal building each block alone, for every lane and k-step, with
 // multipliers up to 16 and depths that differ within each group of 4 slots.
@@ -236,9 +269,9 @@ TEST(FathomScanFragments, TwoBlocksTogetherEqualEachBlockAlone) {
   const std::vector<std::uint8_t> depths = {4, 1, 3, 0, 2, 1, 1, 4, 2, 3, 1, 1, 0, 2, 1, 1, 1, 3};
   const int d = static_cast<int>(depths.size());
   std::vector<int> channel(32, 0), info(32, 0), unit(4 * 32, 0);
-  int units = 0;
+  int units = 0, scaled = 0;
   const int slots =
-      km::order_slots(depths.data(), d, channel.data(), info.data(), unit.data(), &units);
+      km::order_slots(depths.data(), d, channel.data(), info.data(), unit.data(), &units, &scaled);
   ASSERT_EQ(slots, 16);
   constexpr int kTile = 32, kStep = 8, kSlotsPad = 32;
   Rng rng(77);
@@ -321,17 +354,18 @@ void emulate_mma(const std::uint32_t a[32][4], const std::uint32_t b[32][2], int
 // One warp of the scan kernel, lane by lane: the tile, the weights and the offsets built as the
 // kernel builds them in shared memory, then the MMAs and the epilogue. Must equal the twin.
 void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uint64_t seed,
-                          PlaneLayoutKind kind) {
+                          PlaneLayoutKind kind, bool sign_reads = false) {
   Fixture f(d, heads, n, budget, seed, kind);
+  if (sign_reads) f.use_sign_reads();
   std::vector<float> want(static_cast<std::size_t>(n) * heads);
   kf::plane_scores_quantized_ref(f.args, 0, n, want.data());
 
   const kf::ScanSharedPlan plan = kf::plan_scan_shared(f.args, budget, 16);
   const int sp = plan.slots_pad, hp = plan.heads_pad, tb = plan.tile_blocks;
   std::vector<int> slot_channel(sp, 0), slot_info(sp, 0), unit_code(plan.units_cap, 0);
-  int units = 0;
+  int units = 0, scaled = 0;
   const int slots = km::order_slots(f.depths.data(), d, slot_channel.data(), slot_info.data(),
-                                    unit_code.data(), &units);
+                                    unit_code.data(), &units, &scaled);
   ASSERT_LE(units, plan.units_cap);
   const auto& L = f.store.layout();
   const std::uint64_t* words = f.store.host_words();
@@ -350,8 +384,8 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
       // multipliers and its constant term, as the kernel's prep and epilogue build them.
       const std::int64_t g0 = block / kf::kScaleGroupBlocks * kf::kScaleGroupBlocks;
       const std::int64_t g1 = std::min<std::int64_t>(nb, g0 + kf::kScaleGroupBlocks);
-      const auto scale = [&](std::int64_t b, int sl) {
-        return f16_to_float(scales[L.scale_index(b, slot_channel[sl])]);
+      const auto scale = [&](std::int64_t b, int sl) {  // sign reads (slots from `scaled`): 1
+        return sl < scaled ? f16_to_float(scales[L.scale_index(b, slot_channel[sl])]) : 1.0f;
       };
       std::vector<float> group_max(sp, 0.0f);
       std::vector<std::uint8_t> mult(sp, 0);
@@ -421,6 +455,8 @@ TEST(FathomScanFragments, EmulatedWarpReproducesTheTwinBitForBit) {
   check_warp_emulation(128, 3, 64 * 5 + 1, 512, 33, PlaneLayoutKind::hbm);  // every plane, 3 heads
   check_warp_emulation(40, 8, 64 * 3 + 63, 40, 34, PlaneLayoutKind::hbm);   // odd head_dim
   check_warp_emulation(128, 1, 100, 7, 35, PlaneLayoutKind::host);
+  check_warp_emulation(128, 4, 64 * 20 + 9, 48, 36, PlaneLayoutKind::hbm, true);
+  check_warp_emulation(64, 3, 64 * 17, 40, 37, PlaneLayoutKind::host, true);
 }
 
 TEST(FathomScanTwin, SelectionUsesTheQuantizedScores) {

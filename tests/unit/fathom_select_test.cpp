@@ -388,18 +388,46 @@ TEST(FathomQuality, MeasuredRuleNeedsFewerBitsOnTheDefaultWorkload) {
       "bits at the 32-channel scan's error (%.5f): paper rule %.1f (%.3fx of 136), "
       "measured rule %.1f (%.3fx)\n",
       error, bits[0], bits[0] / 136.0, bits[1], bits[1] / 136.0);
-  // Measured 97.7 -> 84.8 bits (0.72x -> 0.62x) here; 101.8 -> 86.7 (0.75x -> 0.64x) with 256
-  // KV heads.
-  EXPECT_LT(bits[1], 0.92 * bits[0]);
-  EXPECT_LT(bits[1], 0.7 * 136.0);
-  // At every budget the measured rule reads fewer channels (deeper reads, fewer scales) and
-  // errs less.
+  // Measured 97.7 -> 80.7 bits (0.72x -> 0.59x) here (84.8 before sign reads); 101.8 -> 84.0
+  // (0.75x -> 0.62x) with 256 KV heads.
+  // Bounds hold for both samples (HISPARSE_QUALITY_KV_HEADS=256 too).
+  EXPECT_LT(bits[1], 0.85 * bits[0]);
+  EXPECT_LT(bits[1], 0.62 * 136.0);
+  // At every budget the measured rule pays fewer bits (fewer scales) and reads fewer channels;
+  // above the smallest budget it also errs less.
   for (int b : {32, 48, 64, 80}) {
     const auto& paper = find_row(rows, "fathom-" + std::to_string(b));
     const auto& measured = find_row(rows, "fathom-m-" + std::to_string(b));
+    EXPECT_LT(measured.bits_per_token, paper.bits_per_token) << b;
     EXPECT_LT(measured.active_channels, paper.active_channels) << b;
-    EXPECT_LT(measured.attention_error, paper.attention_error) << b;
+    if (b > 32) {
+      EXPECT_LT(measured.attention_error, paper.attention_error) << b;
+    }
   }
+}
+
+TEST(FathomQuality, CentredKeysLowerTheBitsAtTheFixedScansError) {
+  // Keys minus their calibration mean before quantization (KeyCentre) for every scanned method,
+  // the 32-channel scan included: the slow RoPE pairs' bias no longer widens their blocks'
+  // scales. Measured rule: 80.7 -> 77.7 bits (0.59x -> 0.57x of 136) here; 83.7 -> 81.0 bits
+  // (0.62x -> 0.60x) with 256 KV heads.
+  double bits[2] = {};
+  for (bool centre : {false, true}) {
+    QualityConfig cfg = quality_config(KeyProfile::rope_qk_norm);
+    cfg.centre_keys = centre;
+    for (const auto& m : default_methods()) {
+      if (m.method == ScanMethod::fixed_channels) cfg.methods.push_back(m);
+      if (m.method != ScanMethod::fathom) continue;
+      MethodSpec measured = m;
+      measured.rule = PlanRule::measured;
+      cfg.methods.push_back(measured);
+    }
+    const auto rows = quality_study(cfg);
+    bits[centre ? 1 : 0] = fathom_bits_at_error(rows, find_row(rows, "fixed-32ch").attention_error);
+  }
+  std::printf("bits at the 32-channel scan's error: %.1f, centred keys %.1f\n", bits[0], bits[1]);
+  EXPECT_LT(bits[1], bits[0] - 1.5);  // both bounds hold for 256 KV heads too
+  EXPECT_LT(bits[1], 0.6 * 136.0);
 }
 
 }  // namespace

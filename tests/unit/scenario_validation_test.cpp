@@ -62,6 +62,23 @@ TEST(ScenarioValidation, FathomRuleReachesEveryPointAndTheResults) {
             "s.yaml:3:16: fathom.rule: unknown value 'mesured'; did you mean 'measured'?");
 }
 
+TEST(ScenarioValidation, FathomCentreKeysReachesEveryPointAndTheResults) {
+  const Scenario s = parse_scenario(
+      "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {centre_keys: true}\n", "s.yaml");
+  for (const auto& p : s.expand()) EXPECT_TRUE(p.config.fathom_centre_keys);
+  EXPECT_EQ(s.to_json()["fathom"]["centre_keys"], true);
+  const Scenario set = parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n", "s.yaml",
+                                      {"fathom.centre_keys=true"});
+  EXPECT_TRUE(set.expand().front().config.fathom_centre_keys);
+  EXPECT_FALSE(parse_scenario("name: a\nmodel: tiny-gqa\n", "s.yaml")
+                   .expand()
+                   .front()
+                   .config.fathom_centre_keys);
+  EXPECT_EQ(
+      error_of("name: a\nmodel: tiny-gqa\nfathom: {centre_keys: 2}\n"),
+      "s.yaml:3:23: fathom.centre_keys: expected true or false, got '2'; write true or false");
+}
+
 TEST(ScenarioValidation, FathomKltReachesEveryPointAndTheResults) {
   const Scenario s = parse_scenario(
       "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {klt: true}\nsweep: {budget_bits: [32, "

@@ -441,6 +441,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   cfg.kv_heads = q.kv_heads;
   cfg.top_k = q.top_k;
   cfg.klt = q.klt;
+  cfg.centre_keys = q.centre_keys;
   cfg.float_scores = q.float_scores;
   const int channels = cfg.workload.channels;
   if (q.top_k <= cfg.sinks + cfg.recent || q.top_k > q.tokens / 2)
@@ -477,6 +478,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
                      {"channels", channels},
                      {"query_heads", cfg.workload.heads}}},
                    {"top_k", q.top_k},
+                   {"centre_keys", q.centre_keys},
                    {"float_scores", q.float_scores},
                    {"attention",
                     {{"entropy_nats", stats.entropy},
@@ -514,8 +516,9 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   }
   fmt::print(
       "Fathom quality study, CPU, synthetic keys ({} profile, seed {}): {} KV heads x {} tokens, "
-      "{} query heads x head_dim {}, top_k {}{}\n",
+      "{} query heads x head_dim {}, top_k {}{}{}\n",
       q.profile, q.seed, q.kv_heads, q.tokens, cfg.workload.heads, channels, q.top_k,
+      q.centre_keys ? ", keys centred before quantization" : "",
       q.float_scores ? ", float-weight scores" : "");
   fmt::print(
       "dense attention: entropy {:.2f} nats, sinks {:.3f}, last 32 {:.3f}, exact top-k "

@@ -37,6 +37,7 @@ struct QualityOptions {
   std::vector<int> budgets{32, 40, 48, 56, 64, 80, 96, 128};
   std::string rule = "both";  ///< paper | measured | both
   bool klt = false;
+  bool centre_keys = false;
   bool float_scores = false;
   std::uint64_t seed = 1;
 };

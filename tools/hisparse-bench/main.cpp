@@ -196,6 +196,8 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"paper", "measured", "both"}));
   quality->add_flag("--klt", quality_opts.klt,
                     "Also every fathom and fixed-channel method in the keys' KLT basis");
+  quality->add_flag("--centre-keys", quality_opts.centre_keys,
+                    "Quantize every scanned method's keys minus their calibration mean");
   quality->add_flag("--float-scores", quality_opts.float_scores,
                     "Score with float weights (REFERENCE.md's formula), not the shipped scan's "
                     "8-bit weights");
