@@ -35,16 +35,9 @@ const char* plan_rule_name(PlanRule rule) noexcept {
   return rule == PlanRule::measured ? "measured" : "paper";
 }
 
-namespace {
-/// Plane bits plus the scale's 0.25 bit when the read needs the block scales.
-double read_bits(std::uint8_t depth) {
-  return kf::read_planes(depth) + (kf::reads_scale(depth) ? 0.25 : 0.0);
-}
-}  // namespace
-
 double plan_bits(std::span<const std::uint8_t> depths) {
   double bits = 0;
-  for (auto t : depths) bits += read_bits(t);
+  for (auto t : depths) bits += kf::read_bits(t);
   return bits;
 }
 
@@ -71,15 +64,35 @@ void check_budget(int budget, int channels, const std::string& where) {
                 "use a budget such as 40, 48, 64, 80 or 128");
 }
 
+namespace {
+void check_plan_shape(int budget, int heads, int channels) {
+  check_budget(budget, channels, "fathom planner: budget_bits");
+  if (heads < 1 || heads > kf::kMaxGroupHeads)
+    throw Error("fathom planner: heads", fmt::format("{} query heads per KV head", heads),
+                fmt::format("use 1..{}", kf::kMaxGroupHeads));
+  if (channels < 1 || channels > kf::kMaxChannels)
+    throw Error("fathom planner: head_dim", fmt::format("head_dim {}", channels),
+                fmt::format("use 1..{}", kf::kMaxChannels));
+}
+}  // namespace
+
+void DepthPlanner::plan_measured(const kf::MeasuredPlanArgs& args, NativeStream stream) const {
+  HISPARSE_RANGE("fathom_plan_measured", Phase::plan);
+  check_plan_shape(args.budget, args.heads, args.channels);
+  if (backend_ == Backend::cpu) {
+    kf::depth_plan_measured_ref(args);
+    return;
+  }
+#if HISPARSE_WITH_CUDA
+  kf::launch_depth_plan_measured(args, stream);
+#else
+  (void)stream;
+#endif
+}
+
 void DepthPlanner::plan(const kf::DepthPlanArgs& args, NativeStream stream) const {
   HISPARSE_RANGE("fathom_plan", Phase::plan);
-  check_budget(args.budget, args.channels, "fathom planner: budget_bits");
-  if (args.heads < 1 || args.heads > kf::kMaxGroupHeads)
-    throw Error("fathom planner: heads", fmt::format("{} query heads per KV head", args.heads),
-                fmt::format("use 1..{}", kf::kMaxGroupHeads));
-  if (args.channels < 1 || args.channels > kf::kMaxChannels)
-    throw Error("fathom planner: head_dim", fmt::format("head_dim {}", args.channels),
-                fmt::format("use 1..{}", kf::kMaxChannels));
+  check_plan_shape(args.budget, args.heads, args.channels);
   if (backend_ == Backend::cpu) {
     kf::depth_plan_greedy_ref(args);
     return;
@@ -179,47 +192,45 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
   return out;
 }
 
+void pack_read_tables(std::span<const PlaneReadCalibration> reads, int channels,
+                      std::vector<float>& distortion, std::vector<float>& gain) {
+  constexpr int kDepths = kf::kPlanes + 1;
+  const auto row = static_cast<std::size_t>(channels) * kf::kReadColumns;
+  distortion.assign(reads.size() * row, 0.0f);
+  gain.assign(distortion.size(), 1.0f);
+  for (std::size_t r = 0; r < reads.size(); ++r) {
+    const PlaneReadCalibration& c = reads[r];
+    if (c.distortion.size() != static_cast<std::size_t>(channels) * kDepths ||
+        c.gain.size() != c.distortion.size() ||
+        c.sign_distortion.size() != static_cast<std::size_t>(channels) ||
+        c.sign_gain.size() != c.sign_distortion.size())
+      throw Error("fathom planner (measured rule): plane read calibration",
+                  fmt::format("{} values for head_dim {}", c.distortion.size(), channels),
+                  "calibrate with calibrate_plane_reads() on keys of this head_dim");
+    for (int j = 0; j < channels; ++j)
+      for (int col = 0; col < kf::kReadColumns; ++col) {
+        const auto depth = col <= kf::kPlanes ? static_cast<std::uint8_t>(col) : kf::kSignRead;
+        const std::size_t at = r * row + static_cast<std::size_t>(j) * kf::kReadColumns + col;
+        distortion[at] = c.distortion_of(j, depth);
+        gain[at] = c.gain_of(j, depth);
+      }
+  }
+}
+
 void depth_plan_measured(const float* queries, int heads, int channels,
                          const PlaneReadCalibration& reads, int budget, std::uint8_t* depths) {
-  constexpr int kDepths = kf::kPlanes + 1;
-  if (reads.distortion.size() != static_cast<std::size_t>(channels) * kDepths ||
-      reads.sign_distortion.size() != static_cast<std::size_t>(channels))
-    throw Error("fathom planner (measured rule): plane read calibration",
-                fmt::format("{} values for head_dim {}", reads.distortion.size(), channels),
-                "calibrate with calibrate_plane_reads() on keys of this head_dim");
-  std::vector<double> weight(static_cast<std::size_t>(channels), 0.0);
-  for (int h = 0; h < heads; ++h)
-    for (int j = 0; j < channels; ++j) {
-      const double q = queries[static_cast<std::size_t>(h) * channels + j];
-      weight[j] += q * q;
-    }
-  std::fill(depths, depths + channels, std::uint8_t{0});
-  // The reads a channel can move to, cheapest first: a sign read (1 bit), then depths 1..4 with
-  // the scale (t + 0.25 bits). Each round takes the move (one channel, from its read to a
-  // costlier one) that removes the most weighted error variance per bit; a move of several planes
-  // is the lower convex hull, so a channel whose first plane alone gains little is still reached.
-  // Only planes count against the budget (a sign read to depth 1 adds none). Ties: lower
-  // channel, cheaper read.
-  constexpr std::uint8_t kReads[] = {kf::kSignRead, 1, 2, 3, 4};
-  for (int left = budget; left > 0;) {
-    double best = 0;
-    int best_j = -1;
-    std::uint8_t best_to = 0;
-    for (int j = 0; j < channels; ++j) {
-      const std::uint8_t from = depths[j];
-      const double e_from = reads.distortion_of(j, from);
-      for (const std::uint8_t to : kReads) {
-        const int planes = kf::read_planes(to) - kf::read_planes(from);
-        const double bits = read_bits(to) - read_bits(from);
-        if (bits <= 0 || planes < 0 || planes > left) continue;
-        const double rate = weight[j] * (e_from - reads.distortion_of(j, to)) / bits;
-        if (rate > best) best = rate, best_j = j, best_to = to;
-      }
-    }
-    if (best_j < 0) break;  // nothing left that lowers the error
-    left -= kf::read_planes(best_to) - kf::read_planes(depths[best_j]);
-    depths[best_j] = best_to;
-  }
+  std::vector<float> distortion, gain;
+  pack_read_tables(std::span<const PlaneReadCalibration>(&reads, 1), channels, distortion, gain);
+  kf::MeasuredPlanArgs a;
+  a.queries = queries;
+  a.distortion = distortion.data();
+  a.gain = gain.data();
+  a.streams = 1;
+  a.heads = heads;
+  a.channels = channels;
+  a.budget = budget;
+  a.depths = depths;
+  kf::depth_plan_measured_ref(a);
 }
 
 void apply_read_gains(float* queries, int heads, int channels, const PlaneReadCalibration& reads,

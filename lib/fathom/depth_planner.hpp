@@ -14,6 +14,7 @@
 #include "core/device.hpp"
 #include "core/stream.hpp"
 #include "kernels/fathom/depth_plan.hpp"
+#include "kernels/fathom/depth_plan_measured.hpp"
 
 namespace hisparse::fathom {
 
@@ -60,6 +61,11 @@ class DepthPlanner {
   /// Fathom depths for every stream; pointers in the backend's memory. CUDA: the bisection kernel
   /// (no host synchronisation). CPU: the greedy integer form.
   void plan(const kernels::fathom::DepthPlanArgs& args, NativeStream stream = nullptr) const;
+  /// PlanRule::measured for every stream (tables from pack_read_tables); pointers in the
+  /// backend's memory. CUDA: one warp per stream, no host synchronisation. CPU: the twin. Both
+  /// give the same depths and gained queries.
+  void plan_measured(const kernels::fathom::MeasuredPlanArgs& args,
+                     NativeStream stream = nullptr) const;
   [[nodiscard]] Backend backend() const noexcept { return backend_; }
 
  private:
@@ -89,8 +95,13 @@ struct PlaneReadCalibration {
                                                          std::int64_t tokens, int channels,
                                                          int skip, int count);
 
+/// The read tables the measured planner takes (kernels::fathom::MeasuredPlanArgs): for each
+/// calibration, [channels][kReadColumns] of distortion_of() and gain_of() (depths 0..kPlanes,
+/// then the sign read). Throws naming the calibration when a table has the wrong size.
+void pack_read_tables(std::span<const PlaneReadCalibration> reads, int channels,
+                      std::vector<float>& distortion, std::vector<float>& gain);
 /// PlanRule::measured: depth bytes (0..kPlanes or kSignRead) of one stream for `budget` planes,
-/// from queries [heads][channels].
+/// from queries [heads][channels] (the CPU twin of DepthPlanner::plan_measured).
 void depth_plan_measured(const float* queries, int heads, int channels,
                          const PlaneReadCalibration& reads, int budget, std::uint8_t* depths);
 /// PlanRule::measured: turns queries [heads][channels] (in place) into the ones the scan reads

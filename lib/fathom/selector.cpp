@@ -66,28 +66,38 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
   auto depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * d, backend_,
                                              "fathom depths");
   Stream stream(backend_);
-  if (config_.rule == PlanRule::measured) {
-    // Planned on the host, stream by stream; the scan reads with the gained queries.
-    if (reads.empty())
-      throw Error("fathom selector: rule measured", "no read calibration was given",
-                  "pass calibrate_plane_reads() of each KV head's stored keys to select()");
+  // The queries the scan reads: the given ones (paper rule), or the measured planner's gained
+  // queries, written on the backend beside the depths.
+  const bool measured = config_.rule == PlanRule::measured;
+  if (measured && reads.empty())
+    throw Error("fathom selector: rule measured", "no read calibration was given",
+                "pass calibrate_plane_reads() of each KV head's stored keys to select()");
+  auto gained = Buffer<float>::device(measured ? q_count : 0, backend_, "fathom gained queries");
+  // The measured planner's read tables; they live until the stream is synchronised below.
+  std::vector<float> distortion, gain;
+  if (measured) pack_read_tables(reads, d, distortion, gain);
+  auto distortion_dev = Buffer<float>::device(distortion.size(), backend_, "fathom read errors");
+  auto gain_dev = Buffer<float>::device(gain.size(), backend_, "fathom read gains");
+  copy_bytes(q_dev.device_data(), queries, q_dev.bytes(), backend_);
+  if (measured) {
     check_budget(config_.budget, d, "fathom selector: budget");
-    const auto per_stream = static_cast<std::size_t>(heads) * d;
-    std::vector<float> gained(queries, queries + q_count);
-    depths_host_.resize(static_cast<std::size_t>(streams) * d);
-    for (std::size_t s = 0; s < static_cast<std::size_t>(streams); ++s) {
-      const PlaneReadCalibration& r = reads[s % reads.size()];
-      std::uint8_t* plan = depths_host_.data() + s * d;
-      depth_plan_measured(queries + s * per_stream, heads, d, r, config_.budget, plan);
-      apply_read_gains(gained.data() + s * per_stream, heads, d, r,
-                       std::span<const std::uint8_t>(plan, static_cast<std::size_t>(d)));
-    }
-    copy_bytes(q_dev.device_data(), gained.data(), q_dev.bytes(), backend_);
-    copy_bytes(depths.device_data(), depths_host_.data(), depths.bytes(), backend_);
+    copy_bytes(distortion_dev.device_data(), distortion.data(), distortion_dev.bytes(), backend_);
+    copy_bytes(gain_dev.device_data(), gain.data(), gain_dev.bytes(), backend_);
+    kf::MeasuredPlanArgs plan;
+    plan.queries = q_dev.device_data();
+    plan.distortion = distortion_dev.device_data();
+    plan.gain = gain_dev.device_data();
+    plan.period = static_cast<std::int32_t>(reads.size());
+    plan.streams = streams;
+    plan.heads = heads;
+    plan.channels = d;
+    plan.budget = config_.budget;
+    plan.depths = depths.device_data();
+    plan.gained_queries = gained.device_data();
+    planner_.plan_measured(plan, stream.native());
   } else {
     auto var_dev = Buffer<float>::device(static_cast<std::size_t>(variance_period) * d, backend_,
                                          "fathom variances");
-    copy_bytes(q_dev.device_data(), queries, q_dev.bytes(), backend_);
     copy_bytes(var_dev.device_data(), variances, var_dev.bytes(), backend_);
     kf::DepthPlanArgs plan;
     plan.queries = q_dev.device_data();
@@ -102,7 +112,7 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
   }
 
   kf::PlaneScanArgs args = PlaneScan::args_for(store);
-  args.queries = q_dev.device_data();
+  args.queries = measured ? gained.device_data() : q_dev.device_data();
   args.depths = depths.device_data();
   args.heads = heads;
   args.keep = config_.keep();
@@ -121,10 +131,8 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
       count_host(static_cast<std::size_t>(streams));
   copy_bytes(sel_host.data(), selected.device_data(), selected.bytes(), backend_);
   copy_bytes(count_host.data(), counts.device_data(), counts.bytes(), backend_);
-  if (config_.rule == PlanRule::paper) {  // the measured rule planned them on the host
-    depths_host_.resize(static_cast<std::size_t>(streams) * d);
-    copy_bytes(depths_host_.data(), depths.device_data(), depths.bytes(), backend_);
-  }
+  depths_host_.resize(static_cast<std::size_t>(streams) * d);
+  copy_bytes(depths_host_.data(), depths.device_data(), depths.bytes(), backend_);
   std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(streams));
   for (std::int32_t s = 0; s < streams; ++s)
     out[s].assign(sel_host.begin() + static_cast<std::ptrdiff_t>(s * max_sel),

@@ -23,8 +23,9 @@ struct SelectorConfig {
   int recent = 32;
   int budget = 48;   ///< plane bits per token per KV head
   bool klt = false;  ///< plan and scan in the KLT bases given to set_klt_bases()
-  /// measured: depths planned on the host from select()'s read calibrations, the scan reading
-  /// with the gained queries (PlanRule in depth_planner.hpp).
+  /// measured: depths and gained queries planned on the backend (DepthPlanner::plan_measured)
+  /// from select()'s read calibrations, the scan reading with the gained queries (PlanRule in
+  /// depth_planner.hpp).
   PlanRule rule = PlanRule::paper;
   [[nodiscard]] int keep() const noexcept { return top_k - sinks - recent; }
 };

@@ -22,6 +22,7 @@
 #include "kernels/fathom/plane_scan.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "support/gpu.hpp"
+#include "support/read_tables.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -142,6 +143,69 @@ TEST(FathomGpu, PlannerMatchesBisectionTwinExactly) {
     EXPECT_EQ(to_host(theta.device_data(), want_theta.size(), Backend::cuda), want_theta)
         << "budget " << budget;
   }
+}
+
+// The measured-rule planner kernel (one warp per stream) against its twin, on random read tables:
+// every width instance, 1 to 8 heads, tied channels, budgets from nothing to every plane. Depths
+// (sign reads included) and gained queries must be identical.
+TEST(FathomGpu, MeasuredPlannerMatchesTheTwinExactly) {
+  HISPARSE_REQUIRE_GPU();
+  int signs = 0;
+  for (const auto& [d, heads] : std::vector<std::pair<int, int>>{
+           {32, 1}, {40, 4}, {64, 8}, {100, 2}, {128, 4}, {200, 3}, {256, 8}}) {
+    const int period = 8, streams = 37;
+    const auto reads =
+        test::random_read_calibrations(period, d, 100 + static_cast<std::uint64_t>(d));
+    std::vector<float> distortion, gain;
+    pack_read_tables(reads, d, distortion, gain);
+    Rng rng(static_cast<std::uint64_t>(d * 10 + heads));
+    std::vector<float> q(static_cast<std::size_t>(streams) * heads * d);
+    for (auto& x : q) x = static_cast<float>(rng.normal());
+    for (int s = 0; s < streams; s += 2)  // channels 1-3 tie with channel 0 in even streams
+      for (int h = 0; h < heads; ++h)
+        for (int j = 1; j < 4; ++j) {
+          const auto at = (static_cast<std::size_t>(s) * heads + h) * d;
+          q[at + j] = q[at];
+        }
+    auto qd = to_device(q, "q");
+    auto dist_d = to_device(distortion, "read errors");
+    auto gain_d = to_device(gain, "read gains");
+    for (int budget : {0, 1, 9, 48, 128, 4 * d}) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + ", heads " + std::to_string(heads) +
+                   ", budget " + std::to_string(budget));
+      auto depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * d,
+                                                 Backend::cuda, "depths");
+      auto gained = Buffer<float>::device(q.size(), Backend::cuda, "gained");
+      kf::MeasuredPlanArgs a;
+      a.queries = qd.device_data();
+      a.distortion = dist_d.device_data();
+      a.gain = gain_d.device_data();
+      a.period = period;
+      a.streams = streams;
+      a.heads = heads;
+      a.channels = d;
+      a.budget = budget;
+      a.depths = depths.device_data();
+      a.gained_queries = gained.device_data();
+      Stream stream(Backend::cuda);
+      DepthPlanner(Backend::cuda).plan_measured(a, stream.native());
+      stream.synchronize();
+      std::vector<std::uint8_t> want(static_cast<std::size_t>(streams) * d);
+      std::vector<float> want_q(q.size());
+      kf::MeasuredPlanArgs r = a;
+      r.queries = q.data();
+      r.distortion = distortion.data();
+      r.gain = gain.data();
+      r.depths = want.data();
+      r.gained_queries = want_q.data();
+      kf::depth_plan_measured_ref(r);
+      const auto got = to_host(depths.device_data(), want.size(), Backend::cuda);
+      ASSERT_EQ(got, want);
+      ASSERT_EQ(to_host(gained.device_data(), want_q.size(), Backend::cuda), want_q);
+      signs += static_cast<int>(std::count(want.begin(), want.end(), kf::kSignRead));
+    }
+  }
+  EXPECT_GT(signs, 10);  // the plans hold sign reads
 }
 
 // The kernel is instantiated for 1, 2, 4 and 8 channels per lane and loads every head up front:

@@ -15,6 +15,7 @@
 #include "kernels/fathom/depth_search.hpp"
 #include "kernels/fathom/fathom_math.hpp"
 #include "support/error_message.hpp"
+#include "support/read_tables.hpp"
 
 namespace hisparse::fathom {
 namespace {
@@ -517,6 +518,64 @@ TEST(FathomDepthSearch, BisectionTwinKeepsTheSequentialResults) {
         ASSERT_EQ(depths[static_cast<std::size_t>(s) * d + j], kf::depth_at(log2_g[j], want));
     }
   }
+}
+
+// The planner's many-stream form (DepthPlanner::plan_measured's CPU twin, which the CUDA kernel
+// matches) equals the one-stream planner plus apply_read_gains for every stream, with tables
+// repeating every `period` streams; queries of channels 0-3 tie in some streams.
+TEST(FathomPlannerMeasured, ManyStreamsEqualOneStreamAtATime) {
+  const int d = 64, heads = 4, period = 3, streams = 7;
+  const auto reads = test::random_read_calibrations(period, d, 5);
+  Rng rng(6);
+  std::vector<float> q(static_cast<std::size_t>(streams) * heads * d);
+  for (auto& x : q) x = static_cast<float>(rng.normal());
+  for (int h = 0; h < heads; ++h)
+    for (int j = 1; j < 4; ++j)
+      q[static_cast<std::size_t>(h) * d + j] = q[static_cast<std::size_t>(h) * d];
+  std::vector<float> distortion, gain;
+  pack_read_tables(reads, d, distortion, gain);
+  for (int budget : {0, 1, 7, 48, 100, 256}) {
+    std::vector<std::uint8_t> depths(static_cast<std::size_t>(streams) * d, 9);
+    std::vector<float> gained(q.size(), -1.0f);
+    kf::MeasuredPlanArgs a;
+    a.queries = q.data();
+    a.distortion = distortion.data();
+    a.gain = gain.data();
+    a.period = period;
+    a.streams = streams;
+    a.heads = heads;
+    a.channels = d;
+    a.budget = budget;
+    a.depths = depths.data();
+    a.gained_queries = gained.data();
+    DepthPlanner(Backend::cpu).plan_measured(a);
+    int signs = 0;
+    for (int s = 0; s < streams; ++s) {
+      const float* qs = q.data() + static_cast<std::size_t>(s) * heads * d;
+      std::vector<std::uint8_t> want(static_cast<std::size_t>(d));
+      depth_plan_measured(qs, heads, d, reads[static_cast<std::size_t>(s % period)], budget,
+                          want.data());
+      std::vector<float> want_q(qs, qs + heads * d);
+      apply_read_gains(want_q.data(), heads, d, reads[static_cast<std::size_t>(s % period)], want);
+      const auto at = static_cast<std::ptrdiff_t>(s) * d;
+      EXPECT_EQ(std::vector<std::uint8_t>(depths.begin() + at, depths.begin() + at + d), want)
+          << "budget " << budget << " stream " << s;
+      EXPECT_EQ(std::vector<float>(gained.begin() + at * heads, gained.begin() + (at + d) * heads),
+                want_q)
+          << "budget " << budget << " stream " << s;
+      int planes = 0;
+      for (auto t : want) planes += kf::read_planes(t), signs += t == kf::kSignRead;
+      EXPECT_LE(planes, budget);
+    }
+    if (budget >= 7 && budget <= 100) {
+      EXPECT_GT(signs, 0) << "budget " << budget;  // the plans hold sign reads
+    }
+  }
+  // A calibration of another head_dim is named.
+  std::vector<float> dd, gg;
+  EXPECT_EQ(test::error_message([&] { pack_read_tables(reads, d + 1, dd, gg); }),
+            "fathom planner (measured rule): plane read calibration: 320 values for head_dim 65; "
+            "calibrate with calibrate_plane_reads() on keys of this head_dim");
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 //    (PlaneScanArgs::plan_variances); the difference is what planning costs a decode step.
 //  - fathom_plan/batch:S: the depth planner for batch x 8 streams at budget 48; us per call of one
 //    graph replay (what a decode step pays) and per launch within 100 back-to-back launches.
+//    fathom_plan_measured/batch:S: the same for PlanRule::measured's planner (read tables
+//    calibrated on random keys with spread channel scales and a few biased channels).
 //  - fathom_quantize/tokens:T/streams:S: quantize + pack of T bf16 keys per stream (prefill
 //    chunks; T = 64 is the decode-time re-quantization of the block being filled). GB/s over
 //    keys read + planes and scales written.
@@ -88,6 +90,25 @@ struct ScanCase {
   var.resize(static_cast<std::size_t>(kKvHeads) * kHeadDim);
   for (auto& x : q) x = rng.normal();
   for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
+}
+
+/// PlanRule::measured's read tables ([kKvHeads][kHeadDim][kReadColumns]) calibrated on random
+/// bf16 keys: channel scales over three decades, every 16th channel with a bias of 3 scales.
+[[maybe_unused]] void random_read_tables(std::vector<float>& distortion, std::vector<float>& gain) {
+  constexpr std::int64_t kTokens = 2048;
+  std::vector<fathom::PlaneReadCalibration> reads;
+  std::vector<std::uint16_t> keys(static_cast<std::size_t>(kTokens) * kHeadDim);
+  for (int h = 0; h < kKvHeads; ++h) {
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const int j = static_cast<int>(i % kHeadDim);
+      const float scale = std::pow(10.0f, -1.5f * static_cast<float>((j * 37 + h) % kHeadDim) /
+                                              static_cast<float>(kHeadDim));
+      keys[i] = float_to_bf16(
+          scale * (random_normal(static_cast<std::uint64_t>(h), i) + (j % 16 == 0 ? 3.0f : 0.0f)));
+    }
+    reads.push_back(fathom::calibrate_plane_reads(keys.data(), kTokens, kHeadDim, 16, 4096));
+  }
+  fathom::pack_read_tables(reads, kHeadDim, distortion, gain);
 }
 
 #if HISPARSE_WITH_CUDA
@@ -248,12 +269,16 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
       ceiling, host ? "PCIe H2D" : "HBM copy"));
 }
 
-void run_plan(benchmark::State& state, int batch) {
+void run_plan(benchmark::State& state, int batch, bool measured) {
   const std::int32_t streams = batch * kKvHeads;
-  std::vector<float> q, var;
+  std::vector<float> q, var, distortion, gain;
   random_plan_inputs(streams, q, var);
+  random_read_tables(distortion, gain);
   auto d_q = device_copy(q, "queries");
   auto d_var = device_copy(var, "variances");
+  auto d_distortion = device_copy(distortion, "read errors");
+  auto d_gain = device_copy(gain, "read gains");
+  auto d_gained = Buffer<float>::device(q.size(), Backend::cuda, "gained queries");
   auto d_depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * kHeadDim,
                                                Backend::cuda, "depths");
   kf::DepthPlanArgs p;
@@ -265,12 +290,29 @@ void run_plan(benchmark::State& state, int batch) {
   p.channels = kHeadDim;
   p.budget = 48;
   p.depths = d_depths.device_data();
+  kf::MeasuredPlanArgs m;
+  m.queries = d_q.device_data();
+  m.distortion = d_distortion.device_data();
+  m.gain = d_gain.device_data();
+  m.period = kKvHeads;
+  m.streams = streams;
+  m.heads = kGroupHeads;
+  m.channels = kHeadDim;
+  m.budget = 48;
+  m.depths = d_depths.device_data();
+  m.gained_queries = d_gained.device_data();
+  const auto launch = [&](cudaStream_t s) {
+    if (measured)
+      kf::launch_depth_plan_measured(m, s);
+    else
+      kf::launch_depth_plan(p, s);
+  };
   Stream stream(Backend::cuda);
   GpuTimer timer(stream);
   constexpr int kBackToBack = 100;
-  const CapturedGraph one(stream, [&](cudaStream_t s) { kf::launch_depth_plan(p, s); });
+  const CapturedGraph one(stream, launch);
   const CapturedGraph many(stream, [&](cudaStream_t s) {
-    for (int i = 0; i < kBackToBack; ++i) kf::launch_depth_plan(p, s);
+    for (int i = 0; i < kBackToBack; ++i) launch(s);
   });
   many.launch(stream);
   stream.synchronize();
@@ -328,8 +370,10 @@ void run_quantize(benchmark::State& state, std::int64_t tokens, int streams) {
 void bench_scan(benchmark::State& state, [[maybe_unused]] ScanCase c) {
   guarded(state, "fathom_scan", [&] { HISPARSE_GPU_ONLY(run_scan(state, c)); });
 }
-void bench_plan(benchmark::State& state, [[maybe_unused]] int batch) {
-  guarded(state, "fathom_plan", [&] { HISPARSE_GPU_ONLY(run_plan(state, batch)); });
+void bench_plan(benchmark::State& state, [[maybe_unused]] int batch,
+                [[maybe_unused]] bool measured) {
+  guarded(state, measured ? "fathom_plan_measured" : "fathom_plan",
+          [&] { HISPARSE_GPU_ONLY(run_plan(state, batch, measured)); });
 }
 void bench_quantize(benchmark::State& state, [[maybe_unused]] std::int64_t tokens,
                     [[maybe_unused]] int streams) {
@@ -405,8 +449,10 @@ bool register_fathom() {
       register_scan(
           fmt::format("fathom_scan_plan/{}/hbm/budget:48/context:{}/batch:8", name, context), c);
     }
-  for (int batch : {1, 8, 32})
-    register_timed(fmt::format("fathom_plan/batch:{}", batch), bench_plan, batch);
+  for (int batch : {1, 8, 32}) {
+    register_timed(fmt::format("fathom_plan/batch:{}", batch), bench_plan, batch, false);
+    register_timed(fmt::format("fathom_plan_measured/batch:{}", batch), bench_plan, batch, true);
+  }
   for (auto [tokens, streams] : {std::pair<std::int64_t, int>{65536, 8}, {64, 64}, {64, 256}})
     register_timed(fmt::format("fathom_quantize/tokens:{}/streams:{}", tokens, streams),
                    bench_quantize, tokens, streams);
