@@ -7,9 +7,11 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// One warp per stream; lane l owns channels l, l + 32, ... Each round every lane finds the best
-// move among its channels, and the warp keeps the largest rate (ties to the lower channel, as
-// the twin's ascending scan does); the owner applies it.
+// One warp per stream; lane l owns channels l, l + 32, ... Every channel keeps its best move
+// (largest rate, the cheaper read on ties, none at rates <= 0) for the planes left; a round takes
+// the warp's largest (ties to the lower channel, as the twin's ascending scan does), and only the
+// channel that moved, or one whose cached move no longer fits, is evaluated again. The twin
+// evaluates every channel every round; both pick the same move.
 template <int PER_LANE>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     depth_plan_measured_kernel(MeasuredPlanArgs a) {
@@ -18,46 +20,60 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   if (s >= a.streams) return;
   const int d = a.channels;
   const float* table = a.distortion + static_cast<std::int64_t>(s % a.period) * d * kReadColumns;
-  double weight[PER_LANE];
-  std::uint8_t depth[PER_LANE];
+  double weight[PER_LANE] = {}, rate[PER_LANE] = {};
+  std::uint8_t depth[PER_LANE] = {}, to[PER_LANE] = {};
+  int planes[PER_LANE] = {};  // of the cached move; -1: none
+  int left = a.budget;
+  const auto evaluate = [&](int m) {
+    const int j = lane + 32 * m;
+    double best = 0.0;
+    std::uint8_t next = 0;
+    planes[m] = -1;
+    if (j < d &&
+        best_measured_move(weight[m], table + static_cast<std::int64_t>(j) * kReadColumns,
+                           depth[m], left, best, next)) {
+      rate[m] = best;
+      to[m] = next;
+      planes[m] = read_planes(next) - read_planes(depth[m]);
+    }
+  };
 #pragma unroll
   for (int m = 0; m < PER_LANE; ++m) {
     const int j = lane + 32 * m;
     weight[m] = j < d ? measured_weight(a, s, j) : 0.0;
     depth[m] = 0;
+    evaluate(m);
   }
-  for (int left = a.budget; left > 0;) {
+  while (left > 0) {
     double best = 0.0;
-    int best_j = -1, planes = 0;
-    std::uint8_t best_to = 0;
+    int key = -1;  // channel << 12 | read << 4 | planes of the lane's best move
 #pragma unroll
     for (int m = 0; m < PER_LANE; ++m) {
-      const int j = lane + 32 * m;
-      if (j < d &&
-          best_measured_move(weight[m], table + static_cast<std::int64_t>(j) * kReadColumns,
-                             depth[m], left, best, best_to)) {
-        best_j = j;
-        planes = read_planes(best_to) - read_planes(depth[m]);
+      if (planes[m] > left) evaluate(m);  // planes only run out: a cached move may no longer fit
+      if (planes[m] >= 0 && rate[m] > best) {
+        best = rate[m];
+        key = ((lane + 32 * m) << 12) | (to[m] << 4) | planes[m];
       }
     }
 #pragma unroll
     for (int offset = 16; offset >= 1; offset >>= 1) {
       const double other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_j = __shfl_xor_sync(0xffffffffu, best_j, offset);
-      const int other_to = __shfl_xor_sync(0xffffffffu, static_cast<int>(best_to), offset);
-      const int other_planes = __shfl_xor_sync(0xffffffffu, planes, offset);
-      if (other_j >= 0 && (best_j < 0 || other > best || (other == best && other_j < best_j))) {
+      const int other_key = __shfl_xor_sync(0xffffffffu, key, offset);
+      if (other_key >= 0 && (key < 0 || other > best || (other == best && other_key < key))) {
         best = other;
-        best_j = other_j;
-        best_to = static_cast<std::uint8_t>(other_to);
-        planes = other_planes;
+        key = other_key;
       }
     }
-    if (best_j < 0) break;  // the same on every lane after the reduction
+    if (key < 0) break;  // the same on every lane after the reduction
+    const int best_j = key >> 12;
 #pragma unroll
     for (int m = 0; m < PER_LANE; ++m)
-      if (lane + 32 * m == best_j) depth[m] = best_to;
-    left -= planes;
+      if (lane + 32 * m == best_j) {
+        depth[m] = static_cast<std::uint8_t>((key >> 4) & 0xff);
+        left -= key & 0xf;
+        evaluate(m);
+      }
+    left = __shfl_sync(0xffffffffu, left, best_j % 32);
   }
   const float* gain = a.gain + static_cast<std::int64_t>(s % a.period) * d * kReadColumns;
 #pragma unroll
