@@ -20,18 +20,17 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   if (s >= a.streams) return;
   const int d = a.channels;
   const float* table = a.distortion + static_cast<std::int64_t>(s % a.period) * d * kReadColumns;
-  double weight[PER_LANE] = {}, rate[PER_LANE] = {};
+  float weight[PER_LANE] = {}, rate[PER_LANE] = {};
   std::uint8_t depth[PER_LANE] = {}, to[PER_LANE] = {};
   int planes[PER_LANE] = {};  // of the cached move; -1: none
   int left = a.budget;
   const auto evaluate = [&](int m) {
     const int j = lane + 32 * m;
-    double best = 0.0;
+    float best = 0.0f;
     std::uint8_t next = 0;
     planes[m] = -1;
-    if (j < d &&
-        best_measured_move(weight[m], table + static_cast<std::int64_t>(j) * kReadColumns,
-                           depth[m], left, best, next)) {
+    if (j < d && best_measured_move(weight[m], table + static_cast<std::int64_t>(j) * kReadColumns,
+                                    depth[m], left, best, next)) {
       rate[m] = best;
       to[m] = next;
       planes[m] = read_planes(next) - read_planes(depth[m]);
@@ -40,12 +39,12 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
 #pragma unroll
   for (int m = 0; m < PER_LANE; ++m) {
     const int j = lane + 32 * m;
-    weight[m] = j < d ? measured_weight(a, s, j) : 0.0;
+    weight[m] = j < d ? measured_weight(a, s, j) : 0.0f;
     depth[m] = 0;
     evaluate(m);
   }
   while (left > 0) {
-    double best = 0.0;
+    float best = 0.0f;
     int key = -1;  // channel << 12 | read << 4 | planes of the lane's best move
 #pragma unroll
     for (int m = 0; m < PER_LANE; ++m) {
@@ -57,7 +56,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     }
 #pragma unroll
     for (int offset = 16; offset >= 1; offset >>= 1) {
-      const double other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
       const int other_key = __shfl_xor_sync(0xffffffffu, key, offset);
       if (other_key >= 0 && (key < 0 || other > best || (other == best && other_key < key))) {
         best = other;

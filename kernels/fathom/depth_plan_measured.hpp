@@ -18,8 +18,8 @@ HISPARSE_HD int read_column(std::uint8_t depth) {
   return depth == kSignRead ? kPlanes + 1 : read_planes(depth);
 }
 /// Bits per token of a read: its planes plus the scale's 0.25 bit when it reads the scales.
-HISPARSE_HD double read_bits(std::uint8_t depth) {
-  return read_planes(depth) + (reads_scale(depth) ? 0.25 : 0.0);
+HISPARSE_HD float read_bits(std::uint8_t depth) {
+  return static_cast<float>(read_planes(depth)) + (reads_scale(depth) ? 0.25f : 0.0f);
 }
 /// The reads a channel can move to, cheapest first (index 0..kMeasuredMoves - 1).
 inline constexpr int kMeasuredMoves = kPlanes + 1;
@@ -40,35 +40,36 @@ struct MeasuredPlanArgs {
   float* gained_queries = nullptr;  ///< [streams][heads][channels], optional: query x gain
 };
 
-/// Sum over the heads of q_hj^2 for channel j of stream s, in head order, fused multiply-adds in
-/// double (the weight both planners rank by).
-HISPARSE_HD double measured_weight(const MeasuredPlanArgs& a, std::int32_t s, int j) {
+/// Sum over the heads of q_hj^2 for channel j of stream s, in head order, by fused multiply-adds
+/// (the weight both planners rank by).
+HISPARSE_HD float measured_weight(const MeasuredPlanArgs& a, std::int32_t s, int j) {
   const float* q = a.queries + static_cast<std::int64_t>(s) * a.heads * a.channels + j;
-  double w = 0.0;
-  for (int h = 0; h < a.heads; ++h) {
-    const double v = q[static_cast<std::int64_t>(h) * a.channels];
-#if defined(__CUDA_ARCH__)
-    w = __fma_rn(v, v, w);
-#else
-    w = std::fma(v, v, w);
-#endif
-  }
+  float w = 0.0f;
+  for (int h = 0; h < a.heads; ++h)
+    w = accumulate_q_squared(w, q[static_cast<std::int64_t>(h) * a.channels]);
   return w;
 }
 
 /// Best move of one channel (read table row `row`, current depth `from`, `left` planes to spend)
 /// that beats `best` (rates strictly above it; cheaper reads first on ties). Returns true and
 /// sets best / to when one does.
-HISPARSE_HD bool best_measured_move(double weight, const float* row, std::uint8_t from, int left,
-                                    double& best, std::uint8_t& to) {
+/// Rates are float, each rounded once per operation (weight x error removed, then / bits), so the
+/// kernel and the twin rank moves identically.
+HISPARSE_HD bool best_measured_move(float weight, const float* row, std::uint8_t from, int left,
+                                    float& best, std::uint8_t& to) {
   bool found = false;
-  const double e_from = row[read_column(from)];
+  const float e_from = row[read_column(from)];
   for (int i = 0; i < kMeasuredMoves; ++i) {
     const std::uint8_t next = measured_move(i);
     const int planes = read_planes(next) - read_planes(from);
-    const double bits = read_bits(next) - read_bits(from);
-    if (bits <= 0.0 || planes < 0 || planes > left) continue;
-    const double rate = weight * (e_from - static_cast<double>(row[read_column(next)])) / bits;
+    const float bits = read_bits(next) - read_bits(from);
+    if (bits <= 0.0f || planes < 0 || planes > left) continue;
+    const float removed = e_from - row[read_column(next)];
+#if defined(__CUDA_ARCH__)
+    const float rate = __fdiv_rn(__fmul_rn(weight, removed), bits);
+#else
+    const float rate = weight * removed / bits;
+#endif
     if (rate > best) {
       best = rate;
       to = next;

@@ -7,14 +7,14 @@ namespace hisparse::kernels::fathom {
 
 void depth_plan_measured_ref(const MeasuredPlanArgs& a) {
   const int d = a.channels;
-  std::vector<double> weight(static_cast<std::size_t>(d));
+  std::vector<float> weight(static_cast<std::size_t>(d));
   for (std::int32_t s = 0; s < a.streams; ++s) {
     const std::int64_t table = static_cast<std::int64_t>(s % a.period) * d * kReadColumns;
     std::uint8_t* depths = a.depths + static_cast<std::int64_t>(s) * d;
     for (int j = 0; j < d; ++j) weight[static_cast<std::size_t>(j)] = measured_weight(a, s, j);
     std::fill(depths, depths + d, std::uint8_t{0});
     for (int left = a.budget; left > 0;) {
-      double best = 0.0;
+      float best = 0.0f;
       int best_j = -1;
       std::uint8_t best_to = 0;
       for (int j = 0; j < d; ++j)
