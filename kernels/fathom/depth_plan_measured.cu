@@ -7,19 +7,38 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// One warp per stream; lane l owns channels l, l + 32, ... Every channel keeps its best move
-// (largest rate, the cheaper read on ties, none at rates <= 0) for the planes left; a round takes
-// the warp's largest (ties to the lower channel, as the twin's ascending scan does), and only the
-// channel that moved, or one whose cached move no longer fits, is evaluated again. The twin
-// evaluates every channel every round; both pick the same move.
+// Sort key of a channel's move: the rate (orderable bits) first, then the lower channel, then the
+// earlier move of the channel; below them the move's target read and planes (for applying it).
+__device__ __forceinline__ std::uint64_t move_key(float rate, int channel, int pos, std::uint8_t to,
+                                                  int planes) {
+  return (static_cast<std::uint64_t>(orderable_key(rate)) << 32) |
+         (static_cast<std::uint64_t>(255 - channel) << 24) |
+         (static_cast<std::uint64_t>(7 - pos) << 21) | (static_cast<std::uint64_t>(to) << 8) |
+         static_cast<std::uint64_t>(planes);
+}
+
+// One warp per stream; lane l owns channels l, l + 32, ...
+// Prefix: while at least kPlanes planes are left, every move fits, so the twin's rounds take the
+// channels' best moves in the order of (rate, lower channel): each channel's chain of best moves
+// (rates never rise along it: the best move from a read is its steepest descent) merged by that
+// order. The kernel computes every chain, finds by a bitwise search on the sort key how far the
+// merged order goes before fewer than kPlanes planes would be left, and applies that prefix at
+// once. Tail: rounds as the twin's, each taking the warp's best move (ties to the lower channel),
+// with each channel's best move cached and re-evaluated only when it moved or no longer fits.
 template <int PER_LANE>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     depth_plan_measured_kernel(MeasuredPlanArgs a) {
+  // [warp][PER_LANE][kMeasuredMoves][32 lanes] chain keys (0: no move)
+  __shared__ std::uint64_t chains[kWarpsPerBlock * PER_LANE * kMeasuredMoves * 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int32_t s = blockIdx.x * kWarpsPerBlock + warp;
   if (s >= a.streams) return;
   const int d = a.channels;
   const float* table = a.distortion + static_cast<std::int64_t>(s % a.period) * d * kReadColumns;
+  std::uint64_t* chain = chains + warp * PER_LANE * kMeasuredMoves * 32 + lane;
+  const auto chain_at = [&](int m, int pos) -> std::uint64_t& {
+    return chain[(m * kMeasuredMoves + pos) * 32];
+  };
   float weight[PER_LANE] = {}, rate[PER_LANE] = {};
   std::uint8_t depth[PER_LANE] = {}, to[PER_LANE] = {};
   int planes[PER_LANE] = {};  // of the cached move; -1: none
@@ -36,13 +55,57 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
       planes[m] = read_planes(next) - read_planes(depth[m]);
     }
   };
+  constexpr int kNoLimit = 1 << 20;
 #pragma unroll
   for (int m = 0; m < PER_LANE; ++m) {
     const int j = lane + 32 * m;
     weight[m] = j < d ? measured_weight(a, s, j) : 0.0f;
-    depth[m] = 0;
-    evaluate(m);
+    std::uint8_t at = 0;
+    for (int pos = 0; pos < kMeasuredMoves; ++pos) {
+      float best = 0.0f;
+      std::uint8_t next = 0;
+      std::uint64_t key = 0;
+      if (j < d && at != kPlanes &&
+          best_measured_move(weight[m], table + static_cast<std::int64_t>(j) * kReadColumns, at,
+                             kNoLimit, best, next)) {
+        key = move_key(best, j, pos, next, read_planes(next) - read_planes(at));
+        at = next;
+      }
+      chain_at(m, pos) = key;
+    }
   }
+  // The prefix: the moves whose planes before them (over the merged order) leave >= kPlanes.
+  // h(x) = planes of the moves with key > x never rises with x; y is the largest x with
+  // h(x) > budget - kPlanes, and the prefix is every move with key > y.
+  const auto planes_above = [&](std::uint64_t x) {
+    int sum = 0;
+#pragma unroll
+    for (int m = 0; m < PER_LANE; ++m)
+      for (int pos = 0; pos < kMeasuredMoves; ++pos) {
+        const std::uint64_t key = chain_at(m, pos);
+        if (key > x) sum += static_cast<int>(key & 0xff);
+      }
+    return static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(sum)));
+  };
+  const int limit = a.budget - kPlanes;
+  std::uint64_t y = 0;
+  for (int b = 63; b >= 0; --b) {
+    const std::uint64_t candidate = y | (std::uint64_t{1} << b);
+    if (planes_above(candidate) > limit) y = candidate;
+  }
+  int taken = 0;
+#pragma unroll
+  for (int m = 0; m < PER_LANE; ++m) {
+    for (int pos = 0; pos < kMeasuredMoves; ++pos) {
+      const std::uint64_t key = chain_at(m, pos);
+      if (key <= y) break;  // a chain's keys fall along it: the rest are not in the prefix
+      depth[m] = static_cast<std::uint8_t>((key >> 8) & 0xff);
+      taken += static_cast<int>(key & 0xff);
+    }
+  }
+  left -= static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(taken)));
+#pragma unroll
+  for (int m = 0; m < PER_LANE; ++m) evaluate(m);
   while (left > 0) {
     float best = 0.0f;
     int key = -1;  // channel << 12 | read << 4 | planes of the lane's best move
