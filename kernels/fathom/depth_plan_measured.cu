@@ -18,27 +18,23 @@ __device__ __forceinline__ std::uint64_t move_key(float rate, int channel, int p
 }
 
 // One warp per stream; lane l owns channels l, l + 32, ...
-// Prefix: while at least kPlanes planes are left, every move fits, so the twin's rounds take the
-// channels' best moves in the order of (rate, lower channel): each channel's chain of best moves
-// (rates never rise along it: the best move from a read is its steepest descent) merged by that
-// order. The kernel computes every chain, finds by a bitwise search on the sort key how far the
-// merged order goes before fewer than kPlanes planes would be left, and applies that prefix at
-// once. Tail: rounds as the twin's, each taking the warp's best move (ties to the lower channel),
-// with each channel's best move cached and re-evaluated only when it moved or no longer fits.
+// Prefix: while at least as many planes are left as the widest move of any chain, every move
+// fits, so the twin's rounds take the channels' best moves in the order of (rate, lower channel):
+// each channel's chain of best moves (rates never rise along it: the best move from a read is its
+// steepest descent) merged by that order. The kernel computes every chain, finds by a bitwise
+// search on the sort key how far the merged order goes while that many planes are left, and
+// applies that prefix at once. Tail: rounds as the twin's, each taking the warp's best move (ties
+// to the lower channel), with each channel's best move cached and re-evaluated only when it moved
+// or no longer fits.
 template <int PER_LANE>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     depth_plan_measured_kernel(MeasuredPlanArgs a) {
-  // [warp][PER_LANE][kMeasuredMoves][32 lanes] chain keys (0: no move)
-  __shared__ std::uint64_t chains[kWarpsPerBlock * PER_LANE * kMeasuredMoves * 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int32_t s = blockIdx.x * kWarpsPerBlock + warp;
   if (s >= a.streams) return;
   const int d = a.channels;
   const float* table = a.distortion + static_cast<std::int64_t>(s % a.period) * d * kReadColumns;
-  std::uint64_t* chain = chains + warp * PER_LANE * kMeasuredMoves * 32 + lane;
-  const auto chain_at = [&](int m, int pos) -> std::uint64_t& {
-    return chain[(m * kMeasuredMoves + pos) * 32];
-  };
+  std::uint64_t chain[PER_LANE][kMeasuredMoves];  // chain keys (0: no move), in registers
   float weight[PER_LANE] = {}, rate[PER_LANE] = {};
   std::uint8_t depth[PER_LANE] = {}, to[PER_LANE] = {};
   int planes[PER_LANE] = {};  // of the cached move; -1: none
@@ -61,6 +57,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     const int j = lane + 32 * m;
     weight[m] = j < d ? measured_weight(a, s, j) : 0.0f;
     std::uint8_t at = 0;
+#pragma unroll
     for (int pos = 0; pos < kMeasuredMoves; ++pos) {
       float best = 0.0f;
       std::uint8_t next = 0;
@@ -71,23 +68,29 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
         key = move_key(best, j, pos, next, read_planes(next) - read_planes(at));
         at = next;
       }
-      chain_at(m, pos) = key;
+      chain[m][pos] = key;
     }
   }
-  // The prefix: the moves whose planes before them (over the merged order) leave >= kPlanes.
-  // h(x) = planes of the moves with key > x never rises with x; y is the largest x with
-  // h(x) > budget - kPlanes, and the prefix is every move with key > y.
+  // The prefix: the moves before which at least as many planes are left as the largest move of
+  // any chain takes (so every channel's best move fits). h(x) = planes of the moves with key > x
+  // never rises with x; y is the largest x with h(x) > budget - that largest move, and the prefix
+  // is every move with key > y.
   const auto planes_above = [&](std::uint64_t x) {
     int sum = 0;
 #pragma unroll
     for (int m = 0; m < PER_LANE; ++m)
-      for (int pos = 0; pos < kMeasuredMoves; ++pos) {
-        const std::uint64_t key = chain_at(m, pos);
-        if (key > x) sum += static_cast<int>(key & 0xff);
-      }
+#pragma unroll
+      for (int pos = 0; pos < kMeasuredMoves; ++pos)
+        if (chain[m][pos] > x) sum += static_cast<int>(chain[m][pos] & 0xff);
     return static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(sum)));
   };
-  const int limit = a.budget - kPlanes;
+  unsigned widest = 0;
+#pragma unroll
+  for (int m = 0; m < PER_LANE; ++m)
+#pragma unroll
+    for (int pos = 0; pos < kMeasuredMoves; ++pos)
+      widest = max(widest, static_cast<unsigned>(chain[m][pos] & 0xff));
+  const int limit = a.budget - static_cast<int>(__reduce_max_sync(0xffffffffu, widest));
   std::uint64_t y = 0;
   for (int b = 63; b >= 0; --b) {
     const std::uint64_t candidate = y | (std::uint64_t{1} << b);
@@ -95,14 +98,13 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   }
   int taken = 0;
 #pragma unroll
-  for (int m = 0; m < PER_LANE; ++m) {
-    for (int pos = 0; pos < kMeasuredMoves; ++pos) {
-      const std::uint64_t key = chain_at(m, pos);
-      if (key <= y) break;  // a chain's keys fall along it: the rest are not in the prefix
-      depth[m] = static_cast<std::uint8_t>((key >> 8) & 0xff);
-      taken += static_cast<int>(key & 0xff);
-    }
-  }
+  for (int m = 0; m < PER_LANE; ++m)
+#pragma unroll
+    for (int pos = 0; pos < kMeasuredMoves; ++pos)
+      if (chain[m][pos] > y) {  // a chain's keys fall along it: its prefix moves come first
+        depth[m] = static_cast<std::uint8_t>((chain[m][pos] >> 8) & 0xff);
+        taken += static_cast<int>(chain[m][pos] & 0xff);
+      }
   left -= static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(taken)));
 #pragma unroll
   for (int m = 0; m < PER_LANE; ++m) evaluate(m);
