@@ -91,8 +91,11 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     for (int pos = 0; pos < kMeasuredMoves; ++pos)
       widest = max(widest, static_cast<unsigned>(chain[m][pos] & 0xff));
   const int limit = a.budget - static_cast<int>(__reduce_max_sync(0xffffffffu, widest));
-  std::uint64_t y = 0;
-  for (int b = 63; b >= 0; --b) {
+  // Keys differ above bit 21 (rate, channel, move): searching those 43 bits with the bits below
+  // set separates the same moves as a search of all 64.
+  constexpr std::uint64_t kLowBits = (std::uint64_t{1} << 21) - 1;
+  std::uint64_t y = kLowBits;
+  for (int b = 63; b >= 21; --b) {
     const std::uint64_t candidate = y | (std::uint64_t{1} << b);
     if (planes_above(candidate) > limit) y = candidate;
   }
