@@ -5,27 +5,7 @@
 namespace hisparse::kernels::fathom {
 namespace {
 
-constexpr int kWarpsPerBlock = 2;  // the move rates of 2 warps fit the static shared memory
-
-// A channel's moves by its current read: kReadColumns reads (read_column) x kMeasuredMoves
-// targets, of which kMoveSlots are moves. Their rates depend on the weight only, so the kernel
-// computes them once, all independent of each other, instead of inside the dependent chains.
-constexpr int kMoveSlots = 15;
-// Moves from column c go to dearer reads: depth 0 -> sign, 1..4 (slots 0-4); sign (column 5) ->
-// 1..4 (slots 5-8); depth t -> t + 1..4 (slots 9-11, 12-13, 14). Arithmetic, not a table, so that
-// it stays in registers.
-__host__ __device__ constexpr bool has_slot(int column, int move) {
-  return column == 0 ? true : column == kPlanes + 1 ? move > 0 : move > column;
-}
-__host__ __device__ constexpr int move_slot(int column, int move) {
-  return column == 0             ? move
-         : column == kPlanes + 1 ? 4 + move
-                                 : 9 + (column - 1) * (8 - column) / 2 + move - column - 1;
-}
-static_assert(move_slot(kPlanes + 1, kMeasuredMoves - 1) == 8 &&
-                  move_slot(3, 4) == kMoveSlots - 1 && move_slot(1, 2) == 9 &&
-                  move_slot(2, 3) == 12 && move_slot(0, 4) == 4,
-              "every move has its own slot");
+constexpr int kWarpsPerBlock = 4;
 
 // Sort key of a channel's move: the rate (orderable bits) first, then the lower channel, then the
 // earlier move of the channel; below them the move's target read and planes (for applying it).
@@ -49,7 +29,6 @@ __device__ __forceinline__ std::uint64_t move_key(float rate, int channel, int p
 template <int PER_LANE>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     depth_plan_measured_kernel(MeasuredPlanArgs a) {
-  __shared__ float move_rates[kWarpsPerBlock][PER_LANE][kMoveSlots][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int32_t s = blockIdx.x * kWarpsPerBlock + warp;
   if (s >= a.streams) return;
@@ -60,29 +39,13 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   std::uint8_t depth[PER_LANE] = {}, to[PER_LANE] = {};
   int planes[PER_LANE] = {};  // of the cached move; -1: none
   int left = a.budget;
-  // best_measured_move of channel m from read `from` with `limit` planes, from the stored rates
-  // (the same moves in the same order, so the same choice).
-  const auto best_move = [&](int m, std::uint8_t from, int limit, float& best,
-                             std::uint8_t& to_read) {
-    const int column = read_column(from);
-    bool found = false;
-    for (int i = 0; i < kMeasuredMoves; ++i) {
-      if (!has_slot(column, i) || read_planes(measured_move(i)) - read_planes(from) > limit)
-        continue;
-      const float r = move_rates[warp][m][move_slot(column, i)][lane];
-      if (r > best) {
-        best = r;
-        to_read = measured_move(i);
-        found = true;
-      }
-    }
-    return found;
-  };
   const auto evaluate = [&](int m) {
+    const int j = lane + 32 * m;
     float best = 0.0f;
     std::uint8_t next = 0;
     planes[m] = -1;
-    if (best_move(m, depth[m], left, best, next)) {
+    if (j < d && best_measured_move(weight[m], table + static_cast<std::int64_t>(j) * kReadColumns,
+                                    depth[m], left, best, next)) {
       rate[m] = best;
       to[m] = next;
       planes[m] = read_planes(next) - read_planes(depth[m]);
@@ -93,27 +56,15 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   for (int m = 0; m < PER_LANE; ++m) {
     const int j = lane + 32 * m;
     weight[m] = j < d ? measured_weight(a, s, j) : 0.0f;
-    const float* row = table + static_cast<std::int64_t>(j < d ? j : 0) * kReadColumns;
-    for (int column = 0; column < kReadColumns; ++column) {
-      const std::uint8_t from = column <= kPlanes ? static_cast<std::uint8_t>(column) : kSignRead;
-#pragma unroll
-      for (int i = 0; i < kMeasuredMoves; ++i)
-        if (has_slot(column, i))
-          move_rates[warp][m][move_slot(column, i)][lane] =
-              j < d ? measured_move_rate(weight[m], row, from, measured_move(i)) : 0.0f;
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int m = 0; m < PER_LANE; ++m) {
-    const int j = lane + 32 * m;
     std::uint8_t at = 0;
 #pragma unroll
     for (int pos = 0; pos < kMeasuredMoves; ++pos) {
       float best = 0.0f;
       std::uint8_t next = 0;
       std::uint64_t key = 0;
-      if (j < d && at != kPlanes && best_move(m, at, kNoLimit, best, next)) {
+      if (j < d && at != kPlanes &&
+          best_measured_move(weight[m], table + static_cast<std::int64_t>(j) * kReadColumns, at,
+                             kNoLimit, best, next)) {
         key = move_key(best, j, pos, next, read_planes(next) - read_planes(at));
         at = next;
       }

@@ -50,34 +50,26 @@ HISPARSE_HD float measured_weight(const MeasuredPlanArgs& a, std::int32_t s, int
   return w;
 }
 
-/// Whether `from` -> `next` is a move: more bits, no fewer planes.
-HISPARSE_HD bool is_measured_move(std::uint8_t from, std::uint8_t next) {
-  return read_bits(next) > read_bits(from) && read_planes(next) >= read_planes(from);
-}
-/// Weighted error removed per extra bit of a move (read table row `row` of the channel). Float,
-/// rounded once per operation (weight x error removed, then / bits), so the kernel and the twin
-/// rank moves identically.
-HISPARSE_HD float measured_move_rate(float weight, const float* row, std::uint8_t from,
-                                     std::uint8_t next) {
-  const float bits = read_bits(next) - read_bits(from);
-  const float removed = row[read_column(from)] - row[read_column(next)];
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(__fmul_rn(weight, removed), bits);
-#else
-  return weight * removed / bits;
-#endif
-}
-
 /// Best move of one channel (read table row `row`, current depth `from`, `left` planes to spend)
 /// that beats `best` (rates strictly above it; cheaper reads first on ties). Returns true and
 /// sets best / to when one does.
+/// Rates are float, each rounded once per operation (weight x error removed, then / bits), so the
+/// kernel and the twin rank moves identically.
 HISPARSE_HD bool best_measured_move(float weight, const float* row, std::uint8_t from, int left,
                                     float& best, std::uint8_t& to) {
   bool found = false;
+  const float e_from = row[read_column(from)];
   for (int i = 0; i < kMeasuredMoves; ++i) {
     const std::uint8_t next = measured_move(i);
-    if (!is_measured_move(from, next) || read_planes(next) - read_planes(from) > left) continue;
-    const float rate = measured_move_rate(weight, row, from, next);
+    const int planes = read_planes(next) - read_planes(from);
+    const float bits = read_bits(next) - read_bits(from);
+    if (bits <= 0.0f || planes < 0 || planes > left) continue;
+    const float removed = e_from - row[read_column(next)];
+#if defined(__CUDA_ARCH__)
+    const float rate = __fdiv_rn(__fmul_rn(weight, removed), bits);
+#else
+    const float rate = weight * removed / bits;
+#endif
     if (rate > best) {
       best = rate;
       to = next;
