@@ -138,6 +138,30 @@ TEST(CliCommands, QualityStudyJsonHasEveryMethodAndBothRules) {
   }
 }
 
+// --centre-keys is recorded, named in the text, and changes what the scanned methods read (the
+// 32-channel scan's error), while the exact oracle's error stays the same.
+TEST(CliCommands, QualityStudyCentresKeysWhenAsked) {
+  const std::string base = "quality --kv-heads 2 --tokens 2048 --top-k 128 --budgets 32,64 --json";
+  const auto plain = run_bench(base);
+  const auto centred = run_bench(base + " --centre-keys");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(centred.exit_code, 0) << centred.output;
+  const auto a = nlohmann::json::parse(plain.output), b = nlohmann::json::parse(centred.output);
+  EXPECT_EQ(a["centre_keys"], false);
+  EXPECT_EQ(b["centre_keys"], true);
+  const auto error_of = [](const nlohmann::json& j, const std::string& method) {
+    for (const auto& row : j["rows"])
+      if (row["method"] == method) return row["attention_rel_error"].get<double>();
+    return -1.0;
+  };
+  EXPECT_EQ(error_of(a, "oracle"), error_of(b, "oracle"));
+  EXPECT_NE(error_of(a, "fixed-32ch"), error_of(b, "fixed-32ch"));
+  const auto text = run_bench(
+      "quality --kv-heads 1 --tokens 2048 --top-k 128 --budgets 32 "
+      "--rule paper --centre-keys");
+  EXPECT_NE(text.output.find("keys centred before quantization"), std::string::npos) << text.output;
+}
+
 TEST(CliCommands, QualityStudySaysWhenNoBudgetReachesTheError) {
   const auto r =
       run_bench("quality --kv-heads 2 --tokens 2048 --top-k 128 --budgets 8 --rule paper");
