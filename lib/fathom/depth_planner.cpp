@@ -173,13 +173,14 @@ PlaneReadCalibration calibrate_plane_reads(const std::uint16_t* keys, std::int64
     }
     const double mean_k = sk / n;
     const double var_k = std::max(0.0, skk / n - mean_k * mean_k);
+    // Depth 0 reads nothing: its error is Var(k), its gain 1.
+    out.distortion[static_cast<std::size_t>(j) * kDepths] = static_cast<float>(var_k);
     for (int t = 0; t < kDepths; ++t) {
       const std::size_t at = static_cast<std::size_t>(j) * kDepths + t;
-      // Read 0 is the sign read's slot in the sums; depth 0 itself reads nothing (gain 1).
+      // Read 0 in the sums is the sign read.
       float& gain = t == 0 ? out.sign_gain[static_cast<std::size_t>(j)] : out.gain[at];
       float& distortion =
           t == 0 ? out.sign_distortion[static_cast<std::size_t>(j)] : out.distortion[at];
-      out.distortion[at] = static_cast<float>(var_k);
       const double cov = skr[t] / n - mean_k * (sr[t] / n);
       const double var_r = srr[t] / n - (sr[t] / n) * (sr[t] / n);
       distortion = static_cast<float>(var_k);
@@ -215,6 +216,22 @@ void pack_read_tables(std::span<const PlaneReadCalibration> reads, int channels,
         gain[at] = c.gain_of(j, depth);
       }
   }
+}
+
+namespace {
+Buffer<float> device_copy(const std::vector<float>& host, Backend backend, const char* label) {
+  auto b = Buffer<float>::device(host.size(), backend, label);
+  copy_bytes(b.device_data(), host.data(), b.bytes(), backend);
+  return b;
+}
+}  // namespace
+
+ReadTables::ReadTables(Backend backend, std::span<const PlaneReadCalibration> reads, int channels)
+    : backend_(backend), period_(static_cast<std::int32_t>(reads.size())), channels_(channels) {
+  std::vector<float> distortion, gain;
+  pack_read_tables(reads, channels, distortion, gain);
+  distortion_ = device_copy(distortion, backend, "fathom read errors");
+  gain_ = device_copy(gain, backend, "fathom read gains");
 }
 
 void depth_plan_measured(const float* queries, int heads, int channels,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/memory.hpp"
 #include "core/stream.hpp"
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/depth_plan_measured.hpp"
@@ -100,6 +101,25 @@ struct PlaneReadCalibration {
 /// then the sign read). Throws naming the calibration when a table has the wrong size.
 void pack_read_tables(std::span<const PlaneReadCalibration> reads, int channels,
                       std::vector<float>& distortion, std::vector<float>& gain);
+/// Packed read tables of `period` calibrations in a backend's memory: what
+/// DepthPlanner::plan_measured reads. Built once per layer (the calibrations do not change while
+/// decoding), so a decode step plans without packing or copying them.
+class ReadTables {
+ public:
+  ReadTables(Backend backend, std::span<const PlaneReadCalibration> reads, int channels);
+  [[nodiscard]] const float* distortion() const noexcept { return distortion_.device_data(); }
+  [[nodiscard]] const float* gain() const noexcept { return gain_.device_data(); }
+  [[nodiscard]] std::int32_t period() const noexcept { return period_; }
+  [[nodiscard]] int channels() const noexcept { return channels_; }
+  [[nodiscard]] Backend backend() const noexcept { return backend_; }
+
+ private:
+  Backend backend_;
+  Buffer<float> distortion_, gain_;
+  std::int32_t period_ = 0;
+  int channels_ = 0;
+};
+
 /// PlanRule::measured: depth bytes (0..kPlanes or kSignRead) of one stream for `budget` planes,
 /// from queries [heads][channels] (the CPU twin of DepthPlanner::plan_measured).
 void depth_plan_measured(const float* queries, int heads, int channels,

@@ -28,9 +28,11 @@ void FathomSelector::set_klt_bases(std::vector<KltBasis> bases) {
   klt_bases_ = std::move(bases);
 }
 
-std::vector<std::vector<std::int32_t>> FathomSelector::select(
-    const PlaneStore& store, const float* queries, int heads, const float* variances,
-    int variance_period, std::span<const PlaneReadCalibration> reads) {
+std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& store,
+                                                              const float* queries, int heads,
+                                                              const float* variances,
+                                                              int variance_period,
+                                                              const ReadTables* reads) {
   HISPARSE_FUNC_RANGE();
   if (store.backend() != backend_)
     throw Error("fathom selector", "the plane store lives on another backend", "use one backend");
@@ -69,25 +71,26 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
   // The queries the scan reads: the given ones (paper rule), or the measured planner's gained
   // queries, written on the backend beside the depths.
   const bool measured = config_.rule == PlanRule::measured;
-  if (measured && reads.empty())
+  if (measured && (reads == nullptr || reads->period() < 1))
     throw Error("fathom selector: rule measured", "no read calibration was given",
-                "pass calibrate_plane_reads() of each KV head's stored keys to select()");
+                "pass ReadTables of calibrate_plane_reads() of each KV head's stored keys");
+  if (measured && reads->channels() != d)
+    throw Error("fathom selector: rule measured",
+                fmt::format("read tables for head_dim {}, the store holds head_dim {}",
+                            reads->channels(), d),
+                "calibrate on keys of this head_dim");
+  if (measured && reads->backend() != backend_)
+    throw Error("fathom selector: rule measured", "the read tables live on another backend",
+                "build the ReadTables on the selector's backend");
   auto gained = Buffer<float>::device(measured ? q_count : 0, backend_, "fathom gained queries");
-  // The measured planner's read tables; they live until the stream is synchronised below.
-  std::vector<float> distortion, gain;
-  if (measured) pack_read_tables(reads, d, distortion, gain);
-  auto distortion_dev = Buffer<float>::device(distortion.size(), backend_, "fathom read errors");
-  auto gain_dev = Buffer<float>::device(gain.size(), backend_, "fathom read gains");
   copy_bytes(q_dev.device_data(), queries, q_dev.bytes(), backend_);
   if (measured) {
     check_budget(config_.budget, d, "fathom selector: budget");
-    copy_bytes(distortion_dev.device_data(), distortion.data(), distortion_dev.bytes(), backend_);
-    copy_bytes(gain_dev.device_data(), gain.data(), gain_dev.bytes(), backend_);
     kf::MeasuredPlanArgs plan;
     plan.queries = q_dev.device_data();
-    plan.distortion = distortion_dev.device_data();
-    plan.gain = gain_dev.device_data();
-    plan.period = static_cast<std::int32_t>(reads.size());
+    plan.distortion = reads->distortion();
+    plan.gain = reads->gain();
+    plan.period = reads->period();
     plan.streams = streams;
     plan.heads = heads;
     plan.channels = d;

@@ -41,12 +41,14 @@ class FathomSelector {
   /// Selects for every stream of `store`. `queries` [streams][heads][head_dim] and `variances`
   /// [variance_period][head_dim] are host memory. Returns per stream the ascending positions.
   /// With config().klt, `queries` are unrotated, and `variances` / `variance_period` are unused
-  /// (the bases' eigenvalues are the variances). With PlanRule::measured, `reads` are the read
-  /// calibrations of the stored keys (stream s uses reads[s % reads.size()]) and the variances
-  /// are unused.
-  [[nodiscard]] std::vector<std::vector<std::int32_t>> select(
-      const PlaneStore& store, const float* queries, int heads, const float* variances,
-      int variance_period, std::span<const PlaneReadCalibration> reads = {});
+  /// (the bases' eigenvalues are the variances). With PlanRule::measured, `reads` are the packed
+  /// read calibrations of the stored keys on this backend (stream s uses row s % period) and the
+  /// variances are unused.
+  [[nodiscard]] std::vector<std::vector<std::int32_t>> select(const PlaneStore& store,
+                                                              const float* queries, int heads,
+                                                              const float* variances,
+                                                              int variance_period,
+                                                              const ReadTables* reads = nullptr);
   /// Depths of the last select() ([streams][head_dim]).
   [[nodiscard]] const std::vector<std::uint8_t>& last_depths() const noexcept {
     return depths_host_;

@@ -32,8 +32,7 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
                         fathom::KltBasis::identity(shape.head_dim));
     centres_.emplace_back(shape.centre_keys ? static_cast<std::size_t>(shape.streams) : 0,
                           fathom::KeyCentre::none(shape.head_dim));
-    reads_.emplace_back(
-        selector.rule == fathom::PlanRule::measured ? static_cast<std::size_t>(shape.streams) : 0);
+    reads_.emplace_back();
   }
 }
 
@@ -41,7 +40,9 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
                                   std::int64_t tokens) {
   const auto d = static_cast<std::size_t>(shape_.head_dim);
   const auto per_stream = static_cast<std::size_t>(tokens) * d;
+  const bool measured = selector_.config().rule == fathom::PlanRule::measured;
   std::vector<std::uint16_t> bf(static_cast<std::size_t>(shape_.streams) * per_stream);
+  std::vector<fathom::PlaneReadCalibration> reads;
   for (int s = 0; s < shape_.streams; ++s) {
     const float* src = keys + static_cast<std::ptrdiff_t>(s) * stream_stride;
     std::uint16_t* dst = bf.data() + static_cast<std::size_t>(s) * per_stream;
@@ -68,17 +69,20 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
           fathom::calibration_variance(dst, tokens, shape_.head_dim, kCalibrationSkip,
                                        static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
     }
-    if (selector_.config().rule == fathom::PlanRule::measured)
-      reads_[static_cast<std::size_t>(layer)][static_cast<std::size_t>(s)] =
-          fathom::calibrate_plane_reads(
-              dst, tokens, shape_.head_dim, kCalibrationSkip,
-              static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX)));
+    if (measured)
+      reads.push_back(fathom::calibrate_plane_reads(
+          dst, tokens, shape_.head_dim, kCalibrationSkip,
+          static_cast<int>(std::min<std::int64_t>(tokens, INT32_MAX))));
     std::copy(var.begin(), var.end(),
               variances_[static_cast<std::size_t>(layer)].begin() +
                   static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s) * d));
   }
   stores_[static_cast<std::size_t>(layer)]->append(0, shape_.streams, bf.data(), shape_.head_dim,
                                                    static_cast<std::int64_t>(per_stream), tokens);
+  // Packed once here: the decode steps plan from these tables without packing or copying them.
+  if (measured)
+    reads_[static_cast<std::size_t>(layer)].emplace(
+        stores_[static_cast<std::size_t>(layer)]->backend(), reads, shape_.head_dim);
 }
 
 void FathomKeyIndex::append(int layer, const float* keys) {
@@ -117,9 +121,10 @@ FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::i
           rotated_queries_.data() + static_cast<std::size_t>(s) * per_stream, shape_.group);
     queries = rotated_queries_.data();
   }
+  const auto& tables = reads_[static_cast<std::size_t>(layer)];
   const auto selection = selector_.select(store, queries, shape_.group,
                                           variances_[static_cast<std::size_t>(layer)].data(),
-                                          shape_.streams, reads_[static_cast<std::size_t>(layer)]);
+                                          shape_.streams, tables ? &*tables : nullptr);
   const auto& depths = selector_.last_depths();
   const auto d = static_cast<std::size_t>(shape_.head_dim);
   FathomSelectStats stats;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/device.hpp"
@@ -72,7 +73,8 @@ class FathomKeyIndex {
   std::vector<std::vector<float>> variances_;            ///< per layer [streams][head_dim]
   std::vector<std::vector<fathom::KltBasis>> bases_;     ///< klt: per layer, per stream
   std::vector<std::vector<fathom::KeyCentre>> centres_;  ///< centre_keys: per layer, per stream
-  std::vector<std::vector<fathom::PlaneReadCalibration>> reads_;  ///< measured: per layer, stream
+  /// measured: per layer, the packed read calibrations of its streams (built by load_context)
+  std::vector<std::optional<fathom::ReadTables>> reads_;
   std::vector<float> rotated_queries_;                 ///< klt: [streams][group][head_dim]
   std::vector<std::uint16_t> key_bf16_, key_rotated_;  ///< append(): [streams][head_dim]
 };

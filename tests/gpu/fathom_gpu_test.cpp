@@ -574,8 +574,8 @@ TEST(FathomGpu, SelectorOnGpuEqualsSelectorOnCpu) {
 
 TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {
   HISPARSE_REQUIRE_GPU();
-  // PlanRule::measured plans on the host on both backends; the CUDA scan then reads the gained
-  // queries and must select what the CPU twin selects.
+  // PlanRule::measured plans on each backend (the CUDA planner kernel on the GPU); the CUDA scan
+  // then reads the gained queries and must select what the CPU selector selects.
   const SelectorCase c;
   const std::vector<PlaneReadCalibration> reads = {calibrate_plane_reads(
       c.data.keys.data(), c.kTokens, c.kDim, c.spec.calibration_skip, c.spec.calibration_tokens)};
@@ -583,8 +583,9 @@ TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {
   config.rule = PlanRule::measured;
   FathomSelector on_cpu(Backend::cpu, config);
   FathomSelector on_gpu(Backend::cuda, config);
-  const auto a = on_cpu.select(c.cpu, c.data.query(0), c.kHeads, nullptr, 1, reads);
-  const auto b = on_gpu.select(c.gpu, c.data.query(0), c.kHeads, nullptr, 1, reads);
+  const ReadTables on_host(Backend::cpu, reads, c.kDim), on_device(Backend::cuda, reads, c.kDim);
+  const auto a = on_cpu.select(c.cpu, c.data.query(0), c.kHeads, nullptr, 1, &on_host);
+  const auto b = on_gpu.select(c.gpu, c.data.query(0), c.kHeads, nullptr, 1, &on_device);
   ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
   // The plan holds sign reads, so the CUDA scan read channels without their scales.
   EXPECT_GT(std::count(on_cpu.last_depths().begin(), on_cpu.last_depths().end(),

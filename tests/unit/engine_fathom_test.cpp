@@ -273,7 +273,8 @@ void expect_index_selects_like_the_selector(bool centre_keys) {
           }
         }
     EXPECT_EQ(differ, 0) << "words or scales differ, " << when;
-    const auto want = reference.select(store, queries.data(), kGroup, nullptr, 1, reads);
+    const fathom::ReadTables tables(Backend::cpu, reads, kDim);
+    const auto want = reference.select(store, queries.data(), kGroup, nullptr, 1, &tables);
     for (int s = 0; s < kStreams; ++s) {
       std::vector<std::int32_t> row(got.begin() + s * index.width(),
                                     got.begin() + (s + 1) * index.width());

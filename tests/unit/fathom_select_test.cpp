@@ -296,7 +296,8 @@ TEST(FathomQuality, StudyMeasuredRowIsTheSelectorsMeasuredRule) {
   FathomSelector selector(Backend::cpu, sc);
   const std::vector<PlaneReadCalibration> reads = {calibrate_plane_reads(
       data.keys.data(), n, d, cfg.workload.calibration_skip, cfg.workload.calibration_tokens)};
-  const auto shipped = selector.select(store, data.query(0), heads, nullptr, 1, reads)[0];
+  const ReadTables tables(Backend::cpu, reads, d);
+  const auto shipped = selector.select(store, data.query(0), heads, nullptr, 1, &tables)[0];
   std::vector<std::uint8_t> plan(static_cast<std::size_t>(d));
   depth_plan_measured(data.query(0), heads, d, reads[0], 48, plan.data());
   EXPECT_EQ(selector.last_depths(), plan);
@@ -308,8 +309,16 @@ TEST(FathomQuality, StudyMeasuredRowIsTheSelectorsMeasuredRule) {
   EXPECT_NEAR(rows[0].attention_error, error, 1e-12 * error);
   EXPECT_EQ(
       test::error_message([&] { (void)selector.select(store, data.query(0), heads, nullptr, 1); }),
-      "fathom selector: rule measured: no read calibration was given; pass "
-      "calibrate_plane_reads() of each KV head's stored keys to select()");
+      "fathom selector: rule measured: no read calibration was given; pass ReadTables of "
+      "calibrate_plane_reads() of each KV head's stored keys");
+  const ReadTables narrow(Backend::cpu,
+                          std::vector<PlaneReadCalibration>{
+                              calibrate_plane_reads(data.keys.data(), 2048, d / 2, 0, 2048)},
+                          d / 2);
+  EXPECT_EQ(test::error_message(
+                [&] { (void)selector.select(store, data.query(0), heads, nullptr, 1, &narrow); }),
+            "fathom selector: rule measured: read tables for head_dim 64, the store holds "
+            "head_dim 128; calibrate on keys of this head_dim");
 }
 
 TEST(FathomWorkload, CalibrationQueriesAreHeldOut) {
