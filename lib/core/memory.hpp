@@ -68,6 +68,12 @@ class Buffer {
   static Buffer device(std::size_t n, Backend b, std::string label) {
     return Buffer(Allocation::device(n * sizeof(T), b, std::move(label)), n);
   }
+  /// Workspace kept across calls: reallocates (dropping the contents) only when `n` elements do
+  /// not fit, so a steady decode step allocates nothing. Returns device_data().
+  T* reserve_device(std::size_t n, Backend b, const char* label) {
+    if (size_ < n) *this = device(n, b, label);
+    return device_data();
+  }
   [[nodiscard]] T* device_data() const noexcept { return static_cast<T*>(alloc_.device_data()); }
   [[nodiscard]] T* host_data() const noexcept { return static_cast<T*>(alloc_.host_data()); }
   /// Host view; only for host and pinned memory (or device memory on the CPU backend).

@@ -1,7 +1,5 @@
 #include "fathom/plane_scan.hpp"
 
-#include <type_traits>
-
 #include "trace/nvtx.hpp"
 
 namespace hisparse::fathom {
@@ -41,10 +39,7 @@ void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stre
 #if HISPARSE_WITH_CUDA
   // Device buffers grow on demand and are kept across calls (no allocation in a steady decode).
   const auto grow = [&](auto& buffer, std::int64_t n, const char* label) {
-    using T = typename std::decay_t<decltype(buffer)>::value_type;
-    if (buffer.size() < static_cast<std::size_t>(n))
-      buffer = Buffer<T>::device(static_cast<std::size_t>(n), backend_, label);
-    return buffer.device_data();
+    return buffer.reserve_device(static_cast<std::size_t>(n), backend_, label);
   };
   ws.candidates = grow(candidates_, ws.candidate_words(args), "fathom scan candidates");
   ws.candidate_counts = grow(counts_, ws.count_entries(args), "fathom scan counts");

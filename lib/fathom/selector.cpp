@@ -13,7 +13,7 @@ namespace hisparse::fathom {
 namespace kf = kernels::fathom;
 
 FathomSelector::FathomSelector(Backend backend, SelectorConfig config)
-    : backend_(backend), config_(config), planner_(backend), scan_(backend) {
+    : backend_(backend), config_(config), planner_(backend), scan_(backend), stream_(backend) {
   if (config_.sinks < 0 || config_.recent < 0 || config_.keep() < 1)
     throw Error("fathom selector: top_k",
                 fmt::format("top_k {} leaves no room beyond {} sinks and {} recent tokens",
@@ -40,7 +40,6 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
   const std::int32_t streams = store.streams();
   const auto q_count = static_cast<std::size_t>(streams) * heads * d;
   // KLT: queries and variances in each stream's eigenbasis (host work: heads x d^2 per stream).
-  std::vector<float> rotated, eigen_variances;
   if (config_.klt) {
     if (klt_bases_.empty())
       throw Error("fathom selector: klt", "KLT is on but no basis was given",
@@ -51,23 +50,23 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
         throw Error("fathom selector: klt",
                     fmt::format("a KLT basis has {} channels, the store {}", b.channels(), d),
                     "calibrate the bases on keys of this head_dim");
-    rotated.resize(q_count);
+    rotated_.resize(q_count);
     const auto per_stream = static_cast<std::size_t>(heads) * d;
     for (std::size_t s = 0; s < static_cast<std::size_t>(streams); ++s)
-      klt_bases_[s % period].rotate(queries + s * per_stream, rotated.data() + s * per_stream,
+      klt_bases_[s % period].rotate(queries + s * per_stream, rotated_.data() + s * per_stream,
                                     heads);
+    eigen_variances_.clear();
     for (const auto& b : klt_bases_) {
       const auto v = b.variances();
-      eigen_variances.insert(eigen_variances.end(), v.begin(), v.end());
+      eigen_variances_.insert(eigen_variances_.end(), v.begin(), v.end());
     }
-    queries = rotated.data();
-    variances = eigen_variances.data();
+    queries = rotated_.data();
+    variances = eigen_variances_.data();
     variance_period = static_cast<int>(period);
   }
-  auto q_dev = Buffer<float>::device(q_count, backend_, "fathom queries");
-  auto depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * d, backend_,
-                                             "fathom depths");
-  Stream stream(backend_);
+  const auto depth_count = static_cast<std::size_t>(streams) * d;
+  float* q_dev = queries_.reserve_device(q_count, backend_, "fathom queries");
+  std::uint8_t* depths = depths_.reserve_device(depth_count, backend_, "fathom depths");
   // The queries the scan reads: the given ones (paper rule), or the measured planner's gained
   // queries, written on the backend beside the depths.
   const bool measured = config_.rule == PlanRule::measured;
@@ -82,12 +81,11 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
   if (measured && reads->backend() != backend_)
     throw Error("fathom selector: rule measured", "the read tables live on another backend",
                 "build the ReadTables on the selector's backend");
-  auto gained = Buffer<float>::device(measured ? q_count : 0, backend_, "fathom gained queries");
-  copy_bytes(q_dev.device_data(), queries, q_dev.bytes(), backend_);
+  copy_bytes(q_dev, queries, q_count * sizeof(float), backend_);
   if (measured) {
     check_budget(config_.budget, d, "fathom selector: budget");
     kf::MeasuredPlanArgs plan;
-    plan.queries = q_dev.device_data();
+    plan.queries = q_dev;
     plan.distortion = reads->distortion();
     plan.gain = reads->gain();
     plan.period = reads->period();
@@ -95,51 +93,52 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
     plan.heads = heads;
     plan.channels = d;
     plan.budget = config_.budget;
-    plan.depths = depths.device_data();
-    plan.gained_queries = gained.device_data();
-    planner_.plan_measured(plan, stream.native());
+    plan.depths = depths;
+    plan.gained_queries = gained_.reserve_device(q_count, backend_, "fathom gained queries");
+    planner_.plan_measured(plan, stream_.native());
   } else {
-    auto var_dev = Buffer<float>::device(static_cast<std::size_t>(variance_period) * d, backend_,
-                                         "fathom variances");
-    copy_bytes(var_dev.device_data(), variances, var_dev.bytes(), backend_);
+    const auto var_count = static_cast<std::size_t>(variance_period) * d;
+    float* var_dev = variances_.reserve_device(var_count, backend_, "fathom variances");
+    copy_bytes(var_dev, variances, var_count * sizeof(float), backend_);
     kf::DepthPlanArgs plan;
-    plan.queries = q_dev.device_data();
-    plan.variances = var_dev.device_data();
+    plan.queries = q_dev;
+    plan.variances = var_dev;
     plan.variance_period = variance_period;
     plan.streams = streams;
     plan.heads = heads;
     plan.channels = d;
     plan.budget = config_.budget;
-    plan.depths = depths.device_data();
-    planner_.plan(plan, stream.native());
+    plan.depths = depths;
+    planner_.plan(plan, stream_.native());
   }
 
   kf::PlaneScanArgs args = PlaneScan::args_for(store);
-  args.queries = measured ? gained.device_data() : q_dev.device_data();
-  args.depths = depths.device_data();
+  args.queries = measured ? gained_.device_data() : q_dev;
+  args.depths = depths;
   args.heads = heads;
   args.keep = config_.keep();
   args.sinks = config_.sinks;
   args.recent = config_.recent;
   const auto max_sel = static_cast<std::size_t>(args.max_selected());
-  auto selected = Buffer<std::int32_t>::device(max_sel * streams, backend_, "fathom selection");
-  auto counts = Buffer<std::int32_t>::device(static_cast<std::size_t>(streams), backend_,
-                                             "fathom selection counts");
-  args.selected = selected.device_data();
-  args.selected_count = counts.device_data();
-  scan_.run(args, config_.budget, stream.native());
-  stream.synchronize();
+  const auto sel_count = max_sel * static_cast<std::size_t>(streams);
+  args.selected = selected_.reserve_device(sel_count, backend_, "fathom selection");
+  args.selected_count = counts_.reserve_device(static_cast<std::size_t>(streams), backend_,
+                                               "fathom selection counts");
+  scan_.run(args, config_.budget, stream_.native());
+  stream_.synchronize();
 
-  std::vector<std::int32_t> sel_host(max_sel * streams),
-      count_host(static_cast<std::size_t>(streams));
-  copy_bytes(sel_host.data(), selected.device_data(), selected.bytes(), backend_);
-  copy_bytes(count_host.data(), counts.device_data(), counts.bytes(), backend_);
-  depths_host_.resize(static_cast<std::size_t>(streams) * d);
-  copy_bytes(depths_host_.data(), depths.device_data(), depths.bytes(), backend_);
+  selected_host_.resize(sel_count);
+  counts_host_.resize(static_cast<std::size_t>(streams));
+  copy_bytes(selected_host_.data(), args.selected, sel_count * sizeof(std::int32_t), backend_);
+  copy_bytes(counts_host_.data(), args.selected_count, counts_host_.size() * sizeof(std::int32_t),
+             backend_);
+  depths_host_.resize(depth_count);
+  copy_bytes(depths_host_.data(), depths, depth_count, backend_);
   std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(streams));
-  for (std::int32_t s = 0; s < streams; ++s)
-    out[s].assign(sel_host.begin() + static_cast<std::ptrdiff_t>(s * max_sel),
-                  sel_host.begin() + static_cast<std::ptrdiff_t>(s * max_sel + count_host[s]));
+  for (std::int32_t s = 0; s < streams; ++s) {
+    const auto first = selected_host_.begin() + static_cast<std::ptrdiff_t>(s * max_sel);
+    out[s].assign(first, first + counts_host_[s]);
+  }
   return out;
 }
 

@@ -62,6 +62,14 @@ class FathomSelector {
   PlaneScan scan_;
   std::vector<std::uint8_t> depths_host_;
   std::vector<KltBasis> klt_bases_;
+  // Kept across select() calls (grown on demand): a steady decode step allocates nothing and
+  // creates no stream.
+  Stream stream_;
+  Buffer<float> queries_, gained_, variances_;
+  Buffer<std::uint8_t> depths_;
+  Buffer<std::int32_t> selected_, counts_;
+  std::vector<float> rotated_, eigen_variances_;
+  std::vector<std::int32_t> selected_host_, counts_host_;
 };
 
 /// Exact scores q_h . k_i of bf16 keys [n][d] for queries [heads][d]: out[h * n + i].

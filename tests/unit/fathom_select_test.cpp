@@ -321,6 +321,37 @@ TEST(FathomQuality, StudyMeasuredRowIsTheSelectorsMeasuredRule) {
             "head_dim 128; calibrate on keys of this head_dim");
 }
 
+TEST(FathomSelect, OneSelectorServesStoresOfEveryShapeInTurn) {
+  // The selector keeps its buffers between calls and grows them on demand: a small store, a
+  // larger one, then the small one again must each select what a fresh selector selects.
+  SyntheticKeySpec spec;
+  spec.tokens = 3000;
+  spec.steps = 2;
+  const auto data = make_synthetic_keys(spec);
+  const int d = spec.channels, heads = spec.heads;
+  PlaneStore small(Backend::cpu, PlaneLayoutKind::host, 1, d, 1000);
+  small.append(0, 1, data.keys.data(), d, 0, 1000);
+  PlaneStore large(Backend::cpu, PlaneLayoutKind::hbm, 2, d, spec.tokens);
+  large.append(0, 1, data.keys.data(), d, 0, spec.tokens);
+  large.append(1, 1, data.keys.data() + 500 * d, d, 0, 2400);
+  std::vector<float> queries(data.query(0), data.query(0) + heads * d);
+  queries.insert(queries.end(), data.query(1), data.query(1) + heads * d);
+  const SelectorConfig config{128, 4, 32, 40};
+  FathomSelector reused(Backend::cpu, config);
+  const auto fresh = [&](const PlaneStore& store, const float* q) {
+    return FathomSelector(Backend::cpu, config).select(store, q, heads, data.variance.data(), 1);
+  };
+  const auto want_small = fresh(small, data.query(1));
+  const auto want_large = fresh(large, queries.data());
+  ASSERT_EQ(want_large.size(), 2u);
+  EXPECT_NE(want_large[0], want_large[1]);
+  EXPECT_EQ(reused.select(small, data.query(1), heads, data.variance.data(), 1), want_small);
+  EXPECT_EQ(reused.select(large, queries.data(), heads, data.variance.data(), 1), want_large);
+  EXPECT_EQ(reused.last_depths().size(), static_cast<std::size_t>(2 * d));
+  EXPECT_EQ(reused.select(small, data.query(1), heads, data.variance.data(), 1), want_small);
+  EXPECT_EQ(reused.last_depths().size(), static_cast<std::size_t>(d));
+}
+
 TEST(FathomWorkload, CalibrationQueriesAreHeldOut) {
   SyntheticKeySpec spec;
   spec.tokens = 2048;

@@ -89,6 +89,20 @@ TEST(HotcacheBuffer, RowsStartZeroedEvenOnReusedMemory) {
         EXPECT_EQ(buffer.row(l, r, slot), std::vector<std::uint8_t>(592, 0)) << l << r << slot;
 }
 
+TEST(Buffer, ReserveDeviceGrowsOnlyWhenTheElementsDoNotFit) {
+  Buffer<std::int32_t> b;
+  std::int32_t* first = b.reserve_device(100, Backend::cpu, "workspace");
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(b.size(), 100u);
+  first[99] = 7;
+  EXPECT_EQ(b.reserve_device(100, Backend::cpu, "workspace"), first);  // kept, contents too
+  EXPECT_EQ(b.reserve_device(10, Backend::cpu, "workspace"), first);
+  EXPECT_EQ(first[99], 7);
+  EXPECT_EQ(b.size(), 100u);
+  b.reserve_device(101, Backend::cpu, "workspace");
+  EXPECT_EQ(b.size(), 101u);
+}
+
 TEST(HotcacheCache, AdmitThenSwapInThroughTheCpuBackend) {
   HotCache cache(small_config());
   fill_pool(cache);
