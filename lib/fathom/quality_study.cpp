@@ -71,8 +71,8 @@ void fill_view(BasisView& view, const std::uint16_t* keys, std::int64_t n, int d
   view.fixed32 = calibrate_fixed_channels(view.variance, view.calibration_queries, d, 32);
 }
 
-/// KV head `kvh` of the study: the workload with its own seed, its keys and queries, and their
-/// shape (channels, query heads, tokens).
+/// KV head `kvh` of the study: its keys, values and queries (the synthetic workload with the head's
+/// own seed, or config.source's) and their shape (channels, query heads, tokens).
 struct StudyHead {
   SyntheticKeySpec spec;
   SyntheticKeys data;
@@ -81,9 +81,14 @@ struct StudyHead {
 };
 StudyHead study_head(const QualityConfig& config, int kvh) {
   StudyHead h;
-  h.spec = config.workload;
-  h.spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
-  h.data = make_synthetic_keys(h.spec);
+  if (config.source) {
+    h.data = config.source(kvh);
+  } else {
+    SyntheticKeySpec spec = config.workload;
+    spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
+    h.data = make_synthetic_keys(spec);
+  }
+  h.spec = h.data.spec;
   h.d = h.spec.channels;
   h.heads = h.spec.heads;
   h.n = h.spec.tokens;

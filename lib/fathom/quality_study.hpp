@@ -7,6 +7,7 @@
 // float formula (the definition the scan approximates), for a definition-vs-shipped comparison.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ namespace hisparse::fathom {
 struct QualityConfig {
   SyntheticKeySpec workload;  ///< one KV head; `kv_heads` seeds are averaged
   int kv_heads = 2;
+  /// Where KV head i's keys, values and queries come from. Empty: make_synthetic_keys(workload)
+  /// with seed workload.seed + i * 1000003. A replay of captured tensors sets it
+  /// (ReplayStudySource in lib/model/replay_study.hpp); `workload` is then unused, and each
+  /// head's shape, steps and calibration are the ones in its data's spec.
+  std::function<SyntheticKeys(int kv_head)> source;
   int top_k = 256;
   int sinks = 4;
   int recent = 32;

@@ -268,15 +268,16 @@ std::int64_t ReplayCapture::Data::arrange(Role role, const std::map<int, Slab*>&
 
 ReplayCapture::~ReplayCapture() = default;
 
-ReplayCapture::ReplayCapture(const fs::path& path, const ReplayGeometry& geometry)
+ReplayCapture::ReplayCapture(const fs::path& path, const ReplayGeometry& geometry,
+                             const std::string& setting)
     : d_(std::make_unique<Data>()) {
   HISPARSE_FUNC_RANGE();
   d_->geo = geometry;
-  const std::string at = fmt::format("workload.replay_path: {}", path.string());
+  const std::string at = fmt::format("{}: {}", setting, path.string());
   std::error_code ec;
   if (path.empty())
-    throw Error("workload.replay_path", "generator 'replay' needs a path to captured tensors",
-                "set workload.replay_path to a directory of .npy files or a .safetensors file");
+    throw Error(setting, "generator 'replay' needs a path to captured tensors",
+                fmt::format("set {} to a directory of .npy files or a .safetensors file", setting));
   if (!fs::exists(path, ec))
     throw Error(at, "does not exist",
                 "point it at a directory holding k.npy and q.npy, or at a .safetensors file");

@@ -43,9 +43,10 @@ struct ReplayGeometry {
 
 class ReplayCapture {
  public:
-  /// Loads and checks every tensor; throws Error naming the file (and tensor), what does not
-  /// match and the fix.
-  ReplayCapture(const std::filesystem::path& path, const ReplayGeometry& geometry);
+  /// Loads and checks every tensor; throws Error naming `setting` (where the path was given), the
+  /// file (and tensor), what does not match and the fix.
+  ReplayCapture(const std::filesystem::path& path, const ReplayGeometry& geometry,
+                const std::string& setting = "workload.replay_path");
   ~ReplayCapture();
   ReplayCapture(const ReplayCapture&) = delete;
   ReplayCapture& operator=(const ReplayCapture&) = delete;

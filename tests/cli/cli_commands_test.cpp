@@ -176,7 +176,8 @@ TEST(CliCommands, QualityStudySaysWhenNoBudgetReachesTheError) {
 }
 
 TEST(CliCommands, QualityStudyRejectsBadInput) {
-  const std::pair<const char*, const char*> cases[] = {
+  const std::string capture = std::string(HISPARSE_TEST_FIXTURES) + "/replay/tiny-gqa";
+  const std::pair<std::string, std::string> cases[] = {
       {"quality --budgets 600",
        "error: --budgets: budget 600 plane bits is outside 0..512 for head_dim 128; use a budget "
        "such as 40, 48, 64, 80 or 128\n"},
@@ -190,12 +191,67 @@ TEST(CliCommands, QualityStudyRejectsBadInput) {
        "error: --kv-heads: 0 is out of range; use 1 to 4096 KV heads, e.g. --kv-heads 32\n"},
       {"quality --profile flat",
        "error: --profile: flat not in {rope_qk_norm,independent,correlated}; run 'hisparse-bench "
-       "--help'\n"}};
+       "--help'\n"},
+      {"quality --replay " + capture,
+       "error: --replay requires --model; run 'hisparse-bench --help'\n"},
+      {"quality --replay /nonexistent/capture --model tiny-gqa",
+       "error: --replay: /nonexistent/capture: does not exist; point it at a directory holding "
+       "k.npy and q.npy, or at a .safetensors file\n"},
+      {"quality --model tiny-gqa",
+       "error: --model requires --replay; run 'hisparse-bench --help'\n"},
+      {"quality --replay " + capture + " --model tiny-gqa --kv-heads 4",
+       "error: --kv-heads excludes --replay; run 'hisparse-bench --help'\n"},
+      {"quality --replay " + capture + " --model tiny-dsa",
+       "error: --model: tiny-dsa is an MLA model; the Fathom quality study needs a GQA model "
+       "(query heads grouped over KV heads); pass the GQA model the capture came from\n"},
+      {"quality --replay " + capture + " --model tiny-gqa --layers 1",
+       "error: --layers: layer 1 was not captured; use layers 0 to 0 (1 captured)\n"},
+      {"quality --replay " + capture + " --model tiny-gqa --calibration-steps 8",
+       "error: --calibration-steps: 8 of 8 captured query steps held out for calibration; hold "
+       "out 1 to 7 steps\n"},
+      {"quality --replay " + capture + " --model tiny-gqa --top-k 200",
+       "error: --top-k: top_k 200 does not fit 4 sinks + 32 recent tokens and half of 256 "
+       "tokens; use 37 to 128\n"}};
   for (const auto& [args, message] : cases) {
     const auto r = run_bench(args);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(r.output, message) << args;
   }
+}
+
+// The committed tiny-gqa capture (1 layer, 2 KV heads, 256 tokens, 8 query steps, no values)
+// through the study: every captured KV head is a study head, half the steps calibrate.
+TEST(CliCommands, QualityStudyReplaysACapture) {
+  const std::string capture = std::string(HISPARSE_TEST_FIXTURES) + "/replay/tiny-gqa";
+  const auto r = run_bench("quality --replay " + capture +
+                           " --model tiny-gqa --top-k 64 --budgets 32,128 --rule paper --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  const auto& w = j["workload"];
+  EXPECT_EQ(w["generator"], "replay");
+  EXPECT_EQ(w["replay_path"], capture);
+  EXPECT_EQ(w["model"], "tiny-gqa");
+  EXPECT_EQ(w["layers"], nlohmann::json::array({0}));
+  EXPECT_EQ(w["kv_heads"], 2);
+  EXPECT_EQ(w["tokens"], 256);
+  EXPECT_EQ(w["channels"], 32);
+  EXPECT_EQ(w["query_heads"], 4);
+  EXPECT_EQ(w["calibration_steps"], 4);
+  EXPECT_EQ(w["test_steps"], 4);
+  EXPECT_EQ(w["values"], "synthetic N(0, 1)");
+  EXPECT_EQ(w["notes"].size(), 3u) << w.dump();
+  EXPECT_EQ(j["rows"].size(), 7u);  // 5 comparison methods + fathom-32, fathom-128
+  EXPECT_DOUBLE_EQ(j["rows"][4]["recall"].get<double>(), 1.0);  // the oracle
+  const auto text = run_bench("quality --replay " + capture +
+                              " --model tiny-gqa --top-k 64 --budgets 32 --rule paper "
+                              "--calibration-steps 6 --tokens 200");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("captured keys (" + capture +
+                             ", model tiny-gqa): layers 0 x 2 KV heads x 200 tokens, 4 query "
+                             "heads x head_dim 32, 6 calibration + 2 scored query steps"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("note: no values (v) captured"), std::string::npos) << text.output;
 }
 
 TEST(CliCommands, HelpDocumentsExitStatus) {

@@ -11,12 +11,16 @@
 
 #include <fmt/format.h>
 
+#include "core/dtypes.hpp"
 #include "core/error.hpp"
+#include "fathom/quality_study.hpp"
 #include "model/decode_engine.hpp"
 #include "model/kv_workload.hpp"
 #include "model/npy.hpp"
 #include "model/replay_capture.hpp"
+#include "model/replay_study.hpp"
 #include "model/safetensors.hpp"
+#include "support/error_message.hpp"
 #include "support/run_command.hpp"
 #include "support/temp_dir.hpp"
 
@@ -412,6 +416,107 @@ TEST(ModelReplay, CommittedFixtureLoadsAndRunsThroughTheCli) {
   const auto& notes = json.at("points").at(0).at("metrics").at("workload_notes");
   ASSERT_EQ(notes.size(), 3u) << notes.dump();
   EXPECT_EQ(notes.at(2).get<std::string>(), "no values (v) captured: values are synthetic N(0, 1)");
+}
+
+TEST(ReplayStudy, CaptureOfTheSyntheticWorkloadGivesTheSyntheticStudy) {
+  // Two synthetic KV heads shaped like tiny-gqa (4 query heads each, head_dim 32), written out as
+  // a capture: 3 held-out calibration queries, then 2 test steps. The replayed study must equal
+  // the synthetic one row for row, number for number.
+  fathom::QualityConfig synthetic;
+  synthetic.workload.channels = kDim;
+  synthetic.workload.heads = kQ / kKv;
+  synthetic.workload.tokens = 2048;
+  synthetic.workload.steps = 2;
+  synthetic.workload.calibration_queries = 3;
+  synthetic.kv_heads = kKv;
+  synthetic.top_k = 64;
+  std::vector<fathom::SyntheticKeys> heads;
+  for (int h = 0; h < kKv; ++h) {
+    auto spec = synthetic.workload;
+    spec.seed += static_cast<std::uint64_t>(h) * 1000003ull;
+    heads.push_back(fathom::make_synthetic_keys(spec));
+  }
+  const auto as_floats = [](const std::vector<std::uint16_t>& bf16) {
+    std::vector<float> f(bf16.size());
+    std::transform(bf16.begin(), bf16.end(), f.begin(), bf16_to_float);
+    return f;
+  };
+  std::vector<float> k, v, q;
+  for (const auto& h : heads) {
+    const auto hk = as_floats(h.keys), hv = as_floats(h.values);
+    k.insert(k.end(), hk.begin(), hk.end());
+    v.insert(v.end(), hv.begin(), hv.end());
+  }
+  const std::size_t group_values = static_cast<std::size_t>(kQ / kKv) * kDim;
+  for (int s = 0; s < 5; ++s)
+    for (const auto& h : heads) {
+      const float* from = s < 3 ? h.calibration_queries.data() + s * group_values : h.query(s - 3);
+      q.insert(q.end(), from, from + group_values);
+    }
+  const ReplayDir d("study");
+  d.npy("k.npy", {kKv, 2048, kDim}, k, NpyType::bf16);
+  d.npy("v.npy", {kKv, 2048, kDim}, v, NpyType::bf16);
+  d.npy("q.npy", {5, kQ, kDim}, q);
+  const ReplayStudySource source(d.path(), load_model("tiny-gqa"), 0, 3);
+  EXPECT_EQ(source.heads(), kKv);
+  EXPECT_EQ(source.layers(), std::vector<int>{0});
+  EXPECT_EQ(source.tokens(), 2048);
+  EXPECT_EQ(source.test_steps(), 2);
+  EXPECT_TRUE(source.captured_values());
+  fathom::QualityConfig replayed = synthetic;
+  replayed.workload = {};  // unused with a source
+  replayed.source = [&](int h) { return source.head(h); };
+  const auto want = fathom::quality_study(synthetic);
+  const auto got = fathom::quality_study(replayed);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t r = 0; r < want.size(); ++r) {
+    EXPECT_EQ(got[r].name, want[r].name);
+    EXPECT_EQ(got[r].bits_per_token, want[r].bits_per_token) << want[r].name;
+    EXPECT_EQ(got[r].recall, want[r].recall) << want[r].name;
+    EXPECT_EQ(got[r].attention_error, want[r].attention_error) << want[r].name;
+  }
+  // Without values the heads still load, with seeded synthetic values and a note saying so.
+  fs::remove(d.path() / "v.npy");
+  const ReplayStudySource no_values(d.path(), load_model("tiny-gqa"), 1024, 1);
+  EXPECT_FALSE(no_values.captured_values());
+  EXPECT_EQ(no_values.test_steps(), 4);
+  EXPECT_EQ(no_values.notes().back(), "no values (v) captured: values are synthetic N(0, 1)");
+  const auto h1 = no_values.head(1);
+  EXPECT_EQ(h1.keys.size(), 1024u * kDim);
+  EXPECT_EQ(h1.values, no_values.head(1).values);
+  EXPECT_NE(h1.values, no_values.head(0).values);
+  EXPECT_EQ(std::vector<float>(h1.queries.begin(), h1.queries.begin() + group_values),
+            std::vector<float>(heads[1].calibration_queries.begin() + group_values,
+                               heads[1].calibration_queries.begin() + 2 * group_values));
+}
+
+TEST(ReplayStudy, BadChoicesNameTheFlagAndTheFix) {
+  const ReplayDir d("study_errors");
+  write_gqa_capture(d, false);  // 2 layers, 64 tokens, 3 steps
+  const auto message = [&](const std::string& model, std::int64_t tokens, int calibration,
+                           std::vector<int> layers = {}) {
+    return test::error_message(
+        [&] { (void)ReplayStudySource(d.path(), load_model(model), tokens, calibration, layers); });
+  };
+  EXPECT_EQ(message("tiny-dsa", 0, -1),
+            "--model: tiny-dsa is an MLA model; the Fathom quality study needs a GQA model (query "
+            "heads grouped over KV heads); pass the GQA model the capture came from");
+  EXPECT_EQ(message("tiny-gqa", 65, -1),
+            "--tokens: 65 tokens, the capture holds 64; use at most 64 tokens, or leave --tokens "
+            "out to use them all");
+  EXPECT_EQ(message("tiny-gqa", 0, 3),
+            "--calibration-steps: 3 of 3 captured query steps held out for calibration; hold out "
+            "1 to 2 steps");
+  EXPECT_EQ(message("tiny-gqa", 0, -1, {0, 2}),
+            "--layers: layer 2 was not captured; use layers 0 to 1 (2 captured)");
+  const ReplayStudySource layer1(d.path(), load_model("tiny-gqa"), 0, -1, {1});
+  EXPECT_EQ(layer1.heads(), kKv);
+  EXPECT_EQ(layer1.calibration_steps(), 1);
+  // Study head 1 is layer 1's KV head 1: keys as captured, queries of query heads 4..7.
+  const auto h = layer1.head(1);
+  EXPECT_EQ(bf16_to_float(h.keys[5 * kDim + 7]), key_value(1, 1, 5, 7));
+  EXPECT_EQ(h.queries[0], query_value(1, 1, 4, 0));
+  EXPECT_EQ(h.calibration_queries[kDim + 3], query_value(1, 0, 5, 3));
 }
 
 }  // namespace

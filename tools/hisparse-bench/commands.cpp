@@ -1,6 +1,7 @@
 #include "commands.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "model/capacity_model.hpp"
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
+#include "model/replay_study.hpp"
 #include "progress.hpp"
 #include "report/compare.hpp"
 #include "report/results_file.hpp"
@@ -425,31 +427,44 @@ int info_command(const CommonOptions& o) {
 
 int quality_command(const QualityOptions& q, const CommonOptions& o) {
   using fathom::MethodSpec, fathom::PlanRule, fathom::ScanMethod;
-  if (q.tokens < 1024 || q.tokens > (std::int64_t{1} << 22))
-    throw Error("--tokens", fmt::format("{} tokens is out of range", q.tokens),
-                "use 1024 to 4194304 tokens, e.g. --tokens 8192");
-  if (q.kv_heads < 1 || q.kv_heads > 4096)
-    throw Error("--kv-heads", fmt::format("{} is out of range", q.kv_heads),
-                "use 1 to 4096 KV heads, e.g. --kv-heads 32");
   fathom::QualityConfig cfg;
-  cfg.workload.profile = q.profile == "independent"  ? fathom::KeyProfile::independent
-                         : q.profile == "correlated" ? fathom::KeyProfile::correlated
-                                                     : fathom::KeyProfile::rope_qk_norm;
-  cfg.workload.tokens = q.tokens;
-  cfg.workload.steps = 1;
-  cfg.workload.seed = q.seed;
-  cfg.kv_heads = q.kv_heads;
   cfg.top_k = q.top_k;
   cfg.klt = q.klt;
   cfg.centre_keys = q.centre_keys;
   cfg.float_scores = q.float_scores;
-  const int channels = cfg.workload.channels;
-  if (q.top_k <= cfg.sinks + cfg.recent || q.top_k > q.tokens / 2)
+  // The study heads: synthetic KV heads, or every (captured layer, KV head) of a replay.
+  std::optional<ReplayStudySource> replay;
+  std::int64_t tokens = q.tokens == 0 ? 8192 : q.tokens;
+  int channels = cfg.workload.channels, query_heads = cfg.workload.heads;
+  if (!q.replay.empty()) {
+    replay.emplace(q.replay, load_model_named(q.model, "--model"), q.tokens, q.calibration_steps,
+                   q.layers);
+    cfg.kv_heads = replay->heads();
+    cfg.source = [&replay](int head) { return replay->head(head); };
+    tokens = replay->tokens();
+    channels = replay->head_dim();
+    query_heads = replay->group();
+  } else {
+    if (tokens < 1024 || tokens > (std::int64_t{1} << 22))
+      throw Error("--tokens", fmt::format("{} tokens is out of range", tokens),
+                  "use 1024 to 4194304 tokens, e.g. --tokens 8192");
+    if (q.kv_heads < 1 || q.kv_heads > 4096)
+      throw Error("--kv-heads", fmt::format("{} is out of range", q.kv_heads),
+                  "use 1 to 4096 KV heads, e.g. --kv-heads 32");
+    cfg.workload.profile = q.profile == "independent"  ? fathom::KeyProfile::independent
+                           : q.profile == "correlated" ? fathom::KeyProfile::correlated
+                                                       : fathom::KeyProfile::rope_qk_norm;
+    cfg.workload.tokens = tokens;
+    cfg.workload.steps = 1;
+    cfg.workload.seed = q.seed;
+    cfg.kv_heads = q.kv_heads;
+  }
+  if (q.top_k <= cfg.sinks + cfg.recent || q.top_k > tokens / 2)
     throw Error("--top-k",
                 fmt::format("top_k {} does not fit {} sinks + {} recent tokens and "
                             "half of {} tokens",
-                            q.top_k, cfg.sinks, cfg.recent, q.tokens),
-                fmt::format("use {} to {}", cfg.sinks + cfg.recent + 1, q.tokens / 2));
+                            q.top_k, cfg.sinks, cfg.recent, tokens),
+                fmt::format("use {} to {}", cfg.sinks + cfg.recent + 1, tokens / 2));
   if (q.budgets.empty())
     throw Error("--budgets", "no budget given", "list plane-bit budgets, e.g. --budgets 32,48,64");
   for (int b : q.budgets) fathom::check_budget(b, channels, "--budgets");
@@ -468,15 +483,27 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   const auto rows = fathom::quality_study(cfg);
   const auto fixed =
       std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.name == "fixed-32ch"; });
+  nlohmann::json workload{{"tokens", tokens},
+                          {"kv_heads", cfg.kv_heads},
+                          {"channels", channels},
+                          {"query_heads", query_heads}};
+  if (replay) {
+    workload["generator"] = "replay";
+    workload["replay_path"] = q.replay;
+    workload["model"] = q.model;
+    workload["layers"] = replay->layers();
+    workload["model_kv_heads"] = replay->kv_heads();
+    workload["calibration_steps"] = replay->calibration_steps();
+    workload["test_steps"] = replay->test_steps();
+    workload["values"] = replay->captured_values() ? "captured" : "synthetic N(0, 1)";
+    workload["notes"] = replay->notes();
+  } else {
+    workload["generator"] = "synthetic";
+    workload["profile"] = q.profile;
+    workload["seed"] = q.seed;
+  }
   nlohmann::json j{{"backend", "cpu"},
-                   {"workload",
-                    {{"generator", "synthetic"},
-                     {"profile", q.profile},
-                     {"tokens", q.tokens},
-                     {"kv_heads", q.kv_heads},
-                     {"seed", q.seed},
-                     {"channels", channels},
-                     {"query_heads", cfg.workload.heads}}},
+                   {"workload", workload},
                    {"top_k", q.top_k},
                    {"centre_keys", q.centre_keys},
                    {"float_scores", q.float_scores},
@@ -514,12 +541,22 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
     print_json(j);
     return exit_code::ok;
   }
-  fmt::print(
-      "Fathom quality study, CPU, synthetic keys ({} profile, seed {}): {} KV heads x {} tokens, "
-      "{} query heads x head_dim {}, top_k {}{}{}\n",
-      q.profile, q.seed, q.kv_heads, q.tokens, cfg.workload.heads, channels, q.top_k,
-      q.centre_keys ? ", keys centred before quantization" : "",
-      q.float_scores ? ", float-weight scores" : "");
+  const std::string options = fmt::format("top_k {}{}{}", q.top_k,
+                                          q.centre_keys ? ", keys centred before quantization" : "",
+                                          q.float_scores ? ", float-weight scores" : "");
+  if (replay) {
+    fmt::print(
+        "Fathom quality study, CPU, captured keys ({}, model {}): layers {} x {} KV heads x {} "
+        "tokens, {} query heads x head_dim {}, {} calibration + {} scored query steps, {}\n",
+        q.replay, q.model, fmt::join(replay->layers(), ","), replay->kv_heads(), tokens,
+        query_heads, channels, replay->calibration_steps(), replay->test_steps(), options);
+    for (const auto& note : replay->notes()) fmt::print("note: {}\n", note);
+  } else {
+    fmt::print(
+        "Fathom quality study, CPU, synthetic keys ({} profile, seed {}): {} KV heads x {} tokens, "
+        "{} query heads x head_dim {}, {}\n",
+        q.profile, q.seed, q.kv_heads, tokens, query_heads, channels, options);
+  }
   fmt::print(
       "dense attention: entropy {:.2f} nats, sinks {:.3f}, last 32 {:.3f}, exact top-k "
       "selection {:.3f} of the mass\n\n",

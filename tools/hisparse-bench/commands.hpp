@@ -31,8 +31,8 @@ struct PlanOptions {
 /// `quality`: the Fathom quality study (CPU, synthetic keys).
 struct QualityOptions {
   std::string profile = "rope_qk_norm";  ///< rope_qk_norm | independent | correlated
-  std::int64_t tokens = 8192;
-  int kv_heads = 32;  ///< KV heads (workload seeds) averaged
+  std::int64_t tokens = 0;               ///< 0: 8192 synthetic, every token of a capture
+  int kv_heads = 32;                     ///< KV heads (workload seeds) averaged
   int top_k = 256;
   std::vector<int> budgets{32, 40, 48, 56, 64, 80, 96, 128};
   std::string rule = "both";  ///< paper | measured | both
@@ -40,6 +40,10 @@ struct QualityOptions {
   bool centre_keys = false;
   bool float_scores = false;
   std::uint64_t seed = 1;
+  std::string replay;          ///< captured tensors instead of synthetic keys (with `model`)
+  std::string model;           ///< preset or YAML of the model the capture came from
+  std::vector<int> layers;     ///< captured layers studied; empty: all
+  int calibration_steps = -1;  ///< captured steps held out for calibration; -1: half
 };
 
 /// Tracing flags of `run` and `trace`.

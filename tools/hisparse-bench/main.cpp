@@ -175,15 +175,18 @@ int run_cli(int argc, char** argv) {
   cli::QualityOptions quality_opts;
   auto* quality = app.add_subcommand(
       "quality",
-      "Fathom quality study on synthetic keys (CPU): recall and attention error of every method "
-      "at equal cost, and the bits Fathom needs at the 32-channel scan's error");
-  quality
-      ->add_option("--profile", quality_opts.profile,
-                   "Synthetic keys: rope_qk_norm (default) | independent | correlated")
-      ->check(CLI::IsMember({"rope_qk_norm", "independent", "correlated"}));
-  quality->add_option("--tokens", quality_opts.tokens, "Context tokens per KV head (default 8192)");
-  quality->add_option("--kv-heads", quality_opts.kv_heads,
-                      "KV heads (workload seeds) averaged (default 32)");
+      "Fathom quality study on synthetic or captured keys (CPU): recall and attention error of "
+      "every method at equal cost, and the bits Fathom needs at the 32-channel scan's error");
+  auto* profile =
+      quality
+          ->add_option("--profile", quality_opts.profile,
+                       "Synthetic keys: rope_qk_norm (default) | independent | correlated")
+          ->check(CLI::IsMember({"rope_qk_norm", "independent", "correlated"}));
+  quality->add_option("--tokens", quality_opts.tokens,
+                      "Context tokens per KV head (default 8192; with --replay every captured "
+                      "token)");
+  auto* kv_heads = quality->add_option("--kv-heads", quality_opts.kv_heads,
+                                       "KV heads (workload seeds) averaged (default 32)");
   quality->add_option("--top-k", quality_opts.top_k,
                       "Selected tokens per query head (default 256)");
   quality
@@ -201,8 +204,29 @@ int run_cli(int argc, char** argv) {
   quality->add_flag("--float-scores", quality_opts.float_scores,
                     "Score with float weights (REFERENCE.md's formula), not the shipped scan's "
                     "8-bit weights");
-  quality->add_option("--seed", quality_opts.seed,
-                      "Workload seed of the first KV head (default 1)");
+  auto* seed = quality->add_option("--seed", quality_opts.seed,
+                                   "Workload seed of the first KV head (default 1)");
+  auto* replay =
+      quality->add_option("--replay", quality_opts.replay,
+                          "Captured keys and queries instead of synthetic ones: a directory of "
+                          ".npy files or a .safetensors file (README 'Replaying captured keys "
+                          "and queries'); every captured layer and KV head is a study head");
+  auto* model = quality->add_option("--model", quality_opts.model,
+                                    "With --replay: the GQA model preset or YAML the capture "
+                                    "came from");
+  auto* layers = quality
+                     ->add_option("--layers", quality_opts.layers,
+                                  "With --replay: captured layers to study, comma-separated "
+                                  "(default all)")
+                     ->delimiter(',');
+  auto* calibration = quality->add_option(
+      "--calibration-steps", quality_opts.calibration_steps,
+      "With --replay: the first N captured query steps calibrate the fixed channel set, the "
+      "others are scored (default half)");
+  replay->needs(model)->excludes(profile)->excludes(kv_heads)->excludes(seed);
+  model->needs(replay);
+  layers->needs(replay);
+  calibration->needs(replay);
   add_json(quality);
   quality->footer(kFooter);
 

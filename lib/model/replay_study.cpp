@@ -1,0 +1,105 @@
+#include "model/replay_study.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/dtypes.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+
+namespace hisparse {
+namespace {
+constexpr std::uint64_t kValueSeed = 0x7661'6c75'6573ull;  // synthetic values, per study head
+}  // namespace
+
+ReplayStudySource::ReplayStudySource(const std::filesystem::path& path, const ModelSpec& model,
+                                     std::int64_t tokens, int calibration_steps,
+                                     std::vector<int> layers)
+    : layers_(std::move(layers)) {
+  if (model.is_mla())
+    throw Error("--model", fmt::format("{} is an MLA model", model.name),
+                "the Fathom quality study needs a GQA model (query heads grouped over KV heads); "
+                "pass the GQA model the capture came from");
+  ReplayGeometry geo;
+  geo.model_name = model.name;
+  geo.layers = model.layers;
+  geo.kv_heads = model.gqa.kv_heads;
+  geo.q_heads = model.gqa.q_heads;
+  geo.key_dim = geo.value_dim = model.gqa.head_dim;
+  capture_ = std::make_shared<const ReplayCapture>(path, geo, "--replay");
+  kv_heads_ = geo.kv_heads;
+  group_ = geo.q_heads / geo.kv_heads;
+  head_dim_ = geo.key_dim;
+  const int captured = std::max(capture_->key_layers(), capture_->query_layers());
+  if (layers_.empty())
+    for (int l = 0; l < captured; ++l) layers_.push_back(l);
+  for (int l : layers_)
+    if (l < 0 || l >= captured)
+      throw Error("--layers", fmt::format("layer {} was not captured", l),
+                  fmt::format("use layers 0 to {} ({} captured)", captured - 1, captured));
+  tokens_ = tokens == 0 ? capture_->tokens() : tokens;
+  if (tokens_ < 1 || tokens_ > capture_->tokens())
+    throw Error("--tokens",
+                fmt::format("{} tokens, the capture holds {}", tokens, capture_->tokens()),
+                fmt::format("use at most {} tokens, or leave --tokens out to use them all",
+                            capture_->tokens()));
+  const auto steps = capture_->steps();
+  calibration_steps_ = calibration_steps < 0 ? static_cast<int>(steps / 2) : calibration_steps;
+  if (steps < 2 || calibration_steps_ < 1 || calibration_steps_ >= steps)
+    throw Error("--calibration-steps",
+                fmt::format("{} of {} captured query steps held out for calibration",
+                            calibration_steps_, steps),
+                steps < 2 ? "capture at least 2 decode steps: one calibrates the fixed channel "
+                            "set, the others are scored"
+                          : fmt::format("hold out 1 to {} steps", steps - 1));
+  test_steps_ = static_cast<int>(steps) - calibration_steps_;
+  notes_ = capture_->notes();
+  if (!capture_->has_values())
+    notes_.emplace_back("no values (v) captured: values are synthetic N(0, 1)");
+}
+
+fathom::SyntheticKeys ReplayStudySource::head(int index) const {
+  if (index < 0 || index >= heads())
+    throw Error("replay study", fmt::format("head {} of {}", index, heads()),
+                fmt::format("use 0 to {}", heads() - 1));
+  const int layer = layers_[static_cast<std::size_t>(index / kv_heads_)];
+  const int kv_head = index % kv_heads_;
+  fathom::SyntheticKeys out;
+  fathom::SyntheticKeySpec& spec = out.spec;
+  spec.tokens = tokens_;
+  spec.channels = head_dim_;
+  spec.heads = group_;
+  spec.steps = test_steps_;
+  spec.calibration_queries = calibration_steps_;
+  spec.seed = static_cast<std::uint64_t>(index);
+  const auto count = static_cast<std::size_t>(tokens_) * static_cast<std::size_t>(head_dim_);
+  std::vector<float> rows(count);
+  capture_->keys(layer, kv_head, 0, tokens_, rows.data());
+  out.keys.resize(count);
+  std::transform(rows.begin(), rows.end(), out.keys.begin(), float_to_bf16);
+  out.values.resize(count);
+  if (capture_->has_values()) {
+    capture_->values(layer, kv_head, 0, tokens_, rows.data());
+    std::transform(rows.begin(), rows.end(), out.values.begin(), float_to_bf16);
+  } else {
+    for (std::size_t i = 0; i < count; ++i)
+      out.values[i] = float_to_bf16(random_normal(kValueSeed + spec.seed, i));
+  }
+  // Step s of the capture: calibration for s < calibration_steps, else test step s - that.
+  const auto per_head = static_cast<std::size_t>(head_dim_);
+  const auto group_values = static_cast<std::size_t>(group_) * per_head;
+  std::vector<float> step(static_cast<std::size_t>(kv_heads_) * group_values);
+  for (int s = 0; s < calibration_steps_ + test_steps_; ++s) {
+    capture_->queries(layer, s, step.data());
+    const auto first = step.begin() + static_cast<std::ptrdiff_t>(kv_head * group_values);
+    auto& to = s < calibration_steps_ ? out.calibration_queries : out.queries;
+    to.insert(to.end(), first, first + static_cast<std::ptrdiff_t>(group_values));
+  }
+  out.variance = fathom::calibration_variance(out.keys.data(), tokens_, head_dim_,
+                                              spec.calibration_skip, spec.calibration_tokens);
+  return out;
+}
+
+}  // namespace hisparse
