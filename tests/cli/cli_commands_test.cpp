@@ -138,6 +138,27 @@ TEST(CliCommands, QualityStudyJsonHasEveryMethodAndBothRules) {
   }
 }
 
+// With --klt each rule also gets its figure in the KLT basis, against the KLT 32-channel scan; on
+// keys without QK-norm (correlated channels, flat variances) the rotation is what makes Fathom pay.
+TEST(CliCommands, QualityStudyReportsTheKltBasisToo) {
+  const std::string args =
+      "quality --profile correlated --klt --kv-heads 2 --tokens 2048 --top-k 128 --budgets "
+      "32,64,128";
+  const auto r = run_bench(args + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto needed = nlohmann::json::parse(r.output)["bits_at_fixed32_error"];
+  ASSERT_EQ(needed.size(), 4u) << needed.dump();
+  for (const char* rule : {"paper", "measured"}) {
+    ASSERT_TRUE(needed[rule].is_number()) << needed.dump();
+    ASSERT_TRUE(needed[std::string(rule) + "_klt"].is_number()) << needed.dump();
+    EXPECT_LT(needed[std::string(rule) + "_klt"].get<double>(), needed[rule].get<double>()) << rule;
+  }
+  const auto text = run_bench(args + " --rule measured");
+  EXPECT_NE(text.output.find("measured rule, KLT basis: "), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("bits at the 32-channel KLT scan's error"), std::string::npos)
+      << text.output;
+}
+
 // --centre-keys is recorded, named in the text, and changes what the scanned methods read (the
 // 32-channel scan's error), while the exact oracle's error stays the same.
 TEST(CliCommands, QualityStudyCentresKeysWhenAsked) {

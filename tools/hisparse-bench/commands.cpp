@@ -481,8 +481,6 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
     }
   const auto stats = fathom::attention_stats(cfg);
   const auto rows = fathom::quality_study(cfg);
-  const auto fixed =
-      std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.name == "fixed-32ch"; });
   nlohmann::json workload{{"tokens", tokens},
                           {"kv_heads", cfg.kv_heads},
                           {"channels", channels},
@@ -520,22 +518,37 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
                          {"active_channels", r.active_channels},
                          {"recall", r.recall},
                          {"attention_rel_error", r.attention_error}});
-  // Bits each rule's Fathom rows need at the 32-channel scan's error (plain basis).
-  // Not reached when no budget given gets down to that error (then null, and the text says so).
-  std::vector<std::pair<std::string, std::optional<double>>> needed;
-  for (PlanRule rule : rules) {
-    std::vector<fathom::QualityRow> own;
-    for (const auto& r : rows)
-      if (r.method.method == ScanMethod::fathom && r.method.rule == rule && !r.method.klt)
-        own.push_back(r);
-    const bool reached = std::any_of(own.begin(), own.end(), [&](const auto& r) {
-      return r.attention_error <= fixed->attention_error;
-    });
+  // Bits each rule's Fathom rows need at the 32-channel scan's error, in the plain basis and,
+  // with --klt, in the KLT basis against the KLT 32-channel scan. Not reached when no budget
+  // given gets down to that error (then null, and the text says so).
+  struct Needed {
+    std::string key;                  ///< JSON key: "paper", "measured", "paper_klt", ...
+    std::string label;                ///< "paper rule", "measured rule, KLT basis"
+    const fathom::QualityRow* fixed;  ///< the 32-channel scan of the same basis
     std::optional<double> bits;
-    if (reached) bits = fathom::fathom_bits_at_error(own, fixed->attention_error);
-    needed.emplace_back(fathom::plan_rule_name(rule), bits);
-    j["bits_at_fixed32_error"][fathom::plan_rule_name(rule)] =
-        bits ? nlohmann::json(*bits) : nlohmann::json(nullptr);
+  };
+  std::vector<Needed> needed;
+  for (const bool klt : {false, true}) {
+    if (klt && !q.klt) continue;
+    const auto fixed = std::find_if(rows.begin(), rows.end(), [&](const auto& r) {
+      return r.name == (klt ? "fixed-klt-32ch" : "fixed-32ch");
+    });
+    for (PlanRule rule : rules) {
+      std::vector<fathom::QualityRow> own;
+      for (const auto& r : rows)
+        if (r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt)
+          own.push_back(r);
+      const bool reached = std::any_of(own.begin(), own.end(), [&](const auto& r) {
+        return r.attention_error <= fixed->attention_error;
+      });
+      Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
+               fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
+               &*fixed, std::nullopt};
+      if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
+      j["bits_at_fixed32_error"][n.key] =
+          n.bits ? nlohmann::json(*n.bits) : nlohmann::json(nullptr);
+      needed.push_back(std::move(n));
+    }
   }
   if (o.json) {
     print_json(j);
@@ -562,16 +575,16 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
       "selection {:.3f} of the mass\n\n",
       stats.entropy, stats.sink_mass, stats.recent_mass, stats.selected_mass);
   fmt::print("{}\n", fathom::format_quality_table(rows));
-  for (const auto& [rule, bits] : needed) {
-    if (bits)
-      fmt::print(
-          "{} rule: {:.1f} bits at the 32-channel scan's error ({:.5f}), {:.3f}x of its {}\n", rule,
-          *bits, fixed->attention_error, *bits / fixed->bits_per_token, fixed->bits_per_token);
+  for (const Needed& n : needed) {
+    const char* scan = n.fixed->method.klt ? "32-channel KLT scan" : "32-channel scan";
+    if (n.bits)
+      fmt::print("{}: {:.1f} bits at the {}'s error ({:.5f}), {:.3f}x of its {}\n", n.label,
+                 *n.bits, scan, n.fixed->attention_error, *n.bits / n.fixed->bits_per_token,
+                 n.fixed->bits_per_token);
     else
       fmt::print(
-          "{} rule: no budget given reaches the 32-channel scan's error ({:.5f}); add larger "
-          "budgets to --budgets\n",
-          rule, fixed->attention_error);
+          "{}: no budget given reaches the {}'s error ({:.5f}); add larger budgets to --budgets\n",
+          n.label, scan, n.fixed->attention_error);
   }
   return exit_code::ok;
 }
