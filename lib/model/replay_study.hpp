@@ -49,7 +49,7 @@ class ReplayStudySource {
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
 
  private:
-  std::shared_ptr<const ReplayCapture> capture_;
+  std::unique_ptr<const ReplayCapture> capture_;
   std::vector<int> layers_;
   int kv_heads_ = 0, group_ = 0, head_dim_ = 0;
   std::int64_t tokens_ = 0;
