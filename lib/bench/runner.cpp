@@ -68,7 +68,8 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
                         : "cuda events per step (DecodeEngine StepStats)";
   std::vector<double> step_ms, recalls, errors;
   std::map<std::string, std::vector<double>> phases;
-  double h2d = 0, scanned = 0;
+  double h2d = 0, scanned = 0, plan_bits = 0;
+  std::int64_t plans = 0, active_channels = 0;
   for (int s = 0; s < total; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats st = engine.step();
@@ -85,6 +86,9 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
       m.misses += st.misses;
       h2d += static_cast<double>(st.bytes_h2d);
       scanned += static_cast<double>(st.bytes_scanned);
+      plans += st.plans;
+      plan_bits += st.plan_bits;
+      active_channels += st.plan_active_channels;
     }
     if (progress) progress(s + 1, total);
   }
@@ -96,6 +100,11 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
     m.hit_rate = static_cast<double>(m.hits) / static_cast<double>(m.hits + m.misses);
   m.bytes_h2d_per_step = decode_steps > 0 ? h2d / decode_steps : 0;
   m.bytes_scanned_per_step = decode_steps > 0 ? scanned / decode_steps : 0;
+  if (plans > 0) {
+    m.bits_per_token = plan_bits / static_cast<double>(plans);
+    m.bytes_per_token = m.bits_per_token / 8.0;
+    m.active_channels = static_cast<double>(active_channels) / static_cast<double>(plans);
+  }
   if (!recalls.empty()) m.selection_recall = percentile(recalls, 50);
   if (!errors.empty()) m.attention_rel_error = percentile(errors, 50);
   analyse_policy(engine, config, m);
@@ -148,6 +157,9 @@ void to_json(nlohmann::json& j, const PointMetrics& m) {
       {"hit_rate", m.hit_rate < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.hit_rate)},
       {"bytes_h2d_per_step", m.bytes_h2d_per_step},
       {"bytes_scanned_per_step", m.bytes_scanned_per_step},
+      {"bits_per_token", or_null(m.bits_per_token)},
+      {"bytes_per_token", or_null(m.bytes_per_token)},
+      {"active_channels", or_null(m.active_channels)},
       {"selection_recall", or_null(m.selection_recall)},
       {"attention_rel_error", or_null(m.attention_rel_error)},
       {"policy", m.policy.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.policy)},

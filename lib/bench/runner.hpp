@@ -42,6 +42,13 @@ struct PointMetrics {
   double hit_rate = -1;               ///< hits / (hits + misses); -1 when no hot buffer was used
   double bytes_h2d_per_step = 0;      ///< deployment row layout (see StepStats::bytes_h2d)
   double bytes_scanned_per_step = 0;  ///< index keys, keys or planes read to select rows
+  /// Fathom modes: mean over the measured steps' depth plans (one per layer and KV stream) of
+  /// the bits each reads per token (planes + 0.25 per channel that reads its fp16 block scales,
+  /// the quality study's cost convention), those bits / 8, and its active channels, which every
+  /// query head of the stream reads; -1 in the other modes.
+  double bits_per_token = -1;
+  double bytes_per_token = -1;
+  double active_channels = -1;
   /// Median over measured steps of StepStats::recall / attention_rel_error (sampled layers: the
   /// first and the last); -1 when not measured (dense).
   double selection_recall = -1;
@@ -56,7 +63,7 @@ struct PointMetrics {
   std::size_t gpu_bytes_per_request = 0;          ///< as allocated by the engine
   std::size_t planned_gpu_bytes_per_request = 0;  ///< CapacityModel
   std::size_t planned_host_bytes_per_request = 0;
-  std::int64_t admitted = 0;  ///< CapacityModel max concurrency for the budget
+  std::int64_t admitted = 0;                ///< CapacityModel max concurrency for the budget
   std::vector<std::string> workload_notes;  ///< e.g. what a replayed capture did not hold
 };
 

@@ -599,6 +599,9 @@ void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStat
     // q is [batch][q_heads][head_dim] = [streams][group][head_dim].
     const FathomSelectStats fs = fathom_index_->select(l, q.data(), indices_.data());
     stats.bytes_scanned += fs.bytes_scanned;
+    stats.plans += fs.plans;
+    stats.plan_bits += fs.plan_bits;
+    stats.plan_active_channels += fs.active_channels;
     // Fathom caches nothing between steps: every selected row crosses the link.
     if (!hot_rows_)
       stats.bytes_h2d += fs.rows_selected * static_cast<std::int64_t>(deployed_row_bytes_);

@@ -79,6 +79,11 @@ struct StepStats {
   /// Bytes read to select rows: index keys (DSA, 132 B per token and indexer layer on the large
   /// models), keys (exact top-k on GQA: the K half of the row), plane words + fp16 scales (fathom).
   std::int64_t bytes_scanned = 0;
+  /// Fathom modes: the step's depth plans (one per layer and KV stream) and the sums of their
+  /// bits per token and active channels (FathomSelectStats); 0 in the other modes.
+  std::int64_t plans = 0;
+  double plan_bits = 0;
+  std::int64_t plan_active_channels = 0;
   double recall = -1;               ///< selection recall, mean over sampled layers; -1 not measured
   double attention_rel_error = -1;  ///< relative L2 error vs dense attention; -1 not measured
   double quality_ms = 0.0;          ///< time spent measuring recall and error (not in step_ms)

@@ -1,6 +1,7 @@
 #include "model/engine_fathom_index.hpp"
 
 #include <algorithm>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -137,15 +138,18 @@ FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::i
     stats.rows_selected += static_cast<std::int64_t>(n);
     // The scan reads whole 64-token words of every active (channel, plane) and one fp16 scale
     // per block of every active channel that reads its scales (sign reads do not).
+    const std::span<const std::uint8_t> plan(depths.data() + static_cast<std::size_t>(s) * d, d);
     const std::int64_t blocks =
         (store.length(s) + kernels::fathom::kBlockTokens - 1) / kernels::fathom::kBlockTokens;
     std::int64_t planes = 0, scaled = 0;
-    for (std::size_t j = 0; j < d; ++j) {
-      const std::uint8_t t = depths[static_cast<std::size_t>(s) * d + j];
+    for (const std::uint8_t t : plan) {
       planes += kernels::fathom::read_planes(t);
       scaled += kernels::fathom::reads_scale(t) ? 1 : 0;
     }
     stats.bytes_scanned += blocks * (planes * 8 + scaled * 2);
+    stats.plans += 1;
+    stats.plan_bits += fathom::plan_bits(plan);
+    stats.active_channels += fathom::active_channels(plan);
   }
   return stats;
 }

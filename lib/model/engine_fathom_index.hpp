@@ -38,6 +38,11 @@ struct FathomIndexShape {
 struct FathomSelectStats {
   std::int64_t bytes_scanned = 0;  ///< plane words and fp16 scales the scan read
   std::int64_t rows_selected = 0;  ///< selected positions over all streams
+  std::int64_t plans = 0;          ///< depth plans made: one per stream
+  /// Sums over the plans of their bits per token (planes + 0.25 per channel that reads its
+  /// scales: fathom::plan_bits) and of their active channels (fathom::active_channels).
+  double plan_bits = 0;
+  std::int64_t active_channels = 0;
 };
 
 class FathomKeyIndex {

@@ -322,12 +322,8 @@ Figure pareto_figure(const Points& pts) {
   chart.y_label = "attention output relative L2 error";
   chart.series = b.take();
   chart.lines = false;
-  const svg::XYChart points_only = chart;
   chart.series.push_back(frontier);
-  // The frontier is a line; the measured points stay dots.
-  std::string markup = svg::render(chart);
-  (void)points_only;
-  f.svg = std::move(markup);
+  f.svg = svg::render(chart);
   f.caption =
       "Fathom points: bits scanned per token and KV head against the relative L2 error "
       "of the attention output vs dense attention; the frontier joins the points no "

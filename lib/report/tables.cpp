@@ -42,6 +42,9 @@ const char* kMetricKeys[] = {"output_tokens_per_s",
                              "hit_rate",
                              "bytes_h2d_per_step",
                              "bytes_scanned_per_step",
+                             "bits_per_token",
+                             "bytes_per_token",
+                             "active_channels",
                              "gpu_bytes_per_request",
                              "selection_recall",
                              "attention_rel_error",
@@ -65,6 +68,39 @@ std::string source_prefix(const json& results, const json& point) {
   if (!sources.is_array() || !src.is_number()) return "";
   const auto i = src.get<std::size_t>();
   return (i < sources.size() ? cell(at(sources[i], "label")) : cell(src)) + ": ";
+}
+
+/// Per point of `mode` that chose rows: what the choice read and how good it was (budget_bits and
+/// the plan columns for Fathom modes). Empty when no point of the mode measured either.
+std::string selection_table(const json& results, const std::string& mode) {
+  const json& points = at(results, "points");
+  const auto number_or_dash = [](const json& v, const char* format) {
+    return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : std::string("-");
+  };
+  std::string rows;
+  for (const auto& p : points) {
+    const json& c = at(p, "config");
+    const json& m = at(p, "metrics");
+    if (cell(at(c, "mode")) != mode || cell(at(p, "status")) != "ok") continue;
+    const json& bits = at(m, "bits_per_token");
+    if (!at(m, "selection_recall").is_number() && !bits.is_number()) continue;
+    rows += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                        source_prefix(results, p) + cell(at(c, "model")),
+                        cell(at(c, "concurrency")), cell(at(c, "context_length")),
+                        cell(at(c, "top_k")), bits.is_number() ? cell(at(c, "budget_bits")) : "-",
+                        number_or_dash(bits, "{:.1f}"),
+                        number_or_dash(at(m, "active_channels"), "{:.1f}"),
+                        bytes_text(at(m, "bytes_scanned_per_step").get<double>()),
+                        number_or_dash(at(m, "selection_recall"), "{:.4f}"),
+                        number_or_dash(at(m, "attention_rel_error"), "{:.3g}"));
+  }
+  if (rows.empty()) return rows;
+  return "Selection (recall against each query head's exact top-k, error against dense "
+         "attention; bits per token of the Fathom plans, scales included):\n\n"
+         "| model | concurrency | context | top_k | budget_bits | bits/token | active channels "
+         "| scanned / step | recall | attention error |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" +
+         rows + "\n";
 }
 
 }  // namespace
@@ -224,6 +260,7 @@ std::string results_markdown(const json& results) {
           ok ? bytes_text(at(m, "bytes_h2d_per_step").get<double>()) : "", phases);
     }
     out += "\n";
+    out += selection_table(results, mode);
   }
   if (modes.empty()) out += "No points recorded yet.\n";
   return out;

@@ -83,15 +83,24 @@ TEST(EngineScenarios, FathomQualityTracksTheBudget) {
     EXPECT_TRUE(m["hit_rate"].is_null());
     if (p["axes"]["mode"] == "fathom") {
       EXPECT_GT(m["bytes_h2d_per_step"].get<double>(), 0.0);
+      EXPECT_DOUBLE_EQ(m["bytes_per_token"].get<double>() * 8, m["bits_per_token"].get<double>());
+      EXPECT_GT(m["active_channels"].get<double>(), 0.0);
+      EXPECT_LE(m["active_channels"].get<double>(), 32.0);
       fathom[p["axes"]["budget_bits"]] = m;
     } else {
       EXPECT_EQ(m["bytes_h2d_per_step"].get<double>(), 0.0);
+      EXPECT_TRUE(m["bits_per_token"].is_null());
+      EXPECT_TRUE(m["active_channels"].is_null());
     }
   }
   ASSERT_EQ(fathom.size(), 2u);
   // Per stream and 64-token block: 40 planes x 8 B at most + scales, against 128 x 8 + 32 x 2.
   EXPECT_LT(fathom["40"]["bytes_scanned_per_step"].get<double>(),
             0.4 * fathom["128"]["bytes_scanned_per_step"].get<double>());
+  // The full budget reads every channel: 32 x (4 planes + 0.25 bit of scale).
+  EXPECT_EQ(fathom["128"]["bits_per_token"].get<double>(), 136.0);
+  EXPECT_EQ(fathom["128"]["active_channels"].get<double>(), 32.0);
+  EXPECT_LT(fathom["40"]["bits_per_token"].get<double>(), 50.0);
 }
 
 }  // namespace

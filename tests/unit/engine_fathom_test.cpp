@@ -29,6 +29,8 @@ struct Totals {
   std::vector<std::int64_t> lengths;  ///< sequence length each step attended over
   std::int64_t hits = 0, misses = 0, bytes_h2d = 0;
   std::vector<double> recall, error;
+  std::vector<std::int64_t> plans, plan_active_channels;
+  std::vector<double> plan_bits;
 };
 
 EngineConfig config(Mode mode, int budget, int hot, int top_k = 64) {
@@ -52,6 +54,9 @@ Totals run(const EngineConfig& c, int steps = 3) {
     t.tokens.push_back(st.next_tokens);
     t.attention.push_back(test::all_layers_attention(engine));
     t.scanned.push_back(st.bytes_scanned);
+    t.plans.push_back(st.plans);
+    t.plan_bits.push_back(st.plan_bits);
+    t.plan_active_channels.push_back(st.plan_active_channels);
     t.hits += st.hits;
     t.misses += st.misses;
     t.bytes_h2d += st.bytes_h2d;
@@ -75,6 +80,10 @@ TEST(EngineFathom, FullBudgetScansEveryPlaneAndScale) {
   for (std::size_t s = 0; s < t.scanned.size(); ++s) {
     const std::int64_t blocks = (t.lengths[s] + 63) / 64;
     EXPECT_EQ(t.scanned[s], kLayers * kStreamsPerLayer * blocks * (32 * 4 * 8 + 32 * 2));
+    // One plan per layer and stream, each 32 channels x (4 planes + 0.25 bit of scale).
+    EXPECT_EQ(t.plans[s], kLayers * kStreamsPerLayer);
+    EXPECT_EQ(t.plan_bits[s], static_cast<double>(kLayers * kStreamsPerLayer) * 136.0);
+    EXPECT_EQ(t.plan_active_channels[s], kLayers * kStreamsPerLayer * 32);
   }
 }
 
@@ -86,6 +95,12 @@ TEST(EngineFathom, SmallerBudgetsScanFewerBytes) {
   EXPECT_LT(b80.scanned[0], b128.scanned[0]);
   // At most budget planes + one scale per channel: (40 x 8 + 32 x 2) B per block and stream.
   EXPECT_LE(b40.scanned[0], kLayers * kStreamsPerLayer * 4 * (40 * 8 + 32 * 2));
+  // Each plan spends its 40 planes (the paper rule fills the budget here) and pays 0.25 bit per
+  // active channel: bits = 40 + active / 4 per plan, in sum over the step's plans.
+  const double plans = static_cast<double>(b40.plans[0]);
+  EXPECT_EQ(b40.plans[0], kLayers * kStreamsPerLayer);
+  EXPECT_EQ(b40.plan_bits[0], plans * 40 + b40.plan_active_channels[0] * 0.25);
+  EXPECT_LT(b40.plan_active_channels[0], b128.plan_active_channels[0]);
 }
 
 TEST(EngineFathom, EverySelectedRowCrossesTheLink) {

@@ -136,6 +136,46 @@ TEST(ReportResults, MarkdownStatesBackendDeviceAndSyntheticData) {
   EXPECT_NE(md.find("75.0%"), std::string::npos);
 }
 
+TEST(ReportResults, MarkdownListsWhatEachSelectionReadAndHowGoodItWas) {
+  ResultSet set = make_set(3);
+  set.add(ok_point(0, 4, 2.0));  // no selection measured: no selection table for its mode
+  PointRecord exact = ok_point(1, 4, 2.0);
+  exact.point.config.mode = Mode::hisparse;
+  exact.metrics.bytes_scanned_per_step = 2048;
+  exact.metrics.selection_recall = 0.5;
+  exact.metrics.attention_rel_error = 0.25;
+  set.add(exact);
+  PointRecord fathom = ok_point(2, 2, 2.0);
+  fathom.point.model = "tiny-gqa";
+  fathom.point.config.mode = Mode::fathom;
+  fathom.point.config.budget_bits = 40;
+  fathom.metrics.bytes_scanned_per_step = 3.0 * 1024 * 1024;
+  fathom.metrics.bits_per_token = 45.0625;
+  fathom.metrics.bytes_per_token = 45.0625 / 8;
+  fathom.metrics.active_channels = 20.25;
+  fathom.metrics.selection_recall = 0.85974;
+  fathom.metrics.attention_rel_error = 0.000119;
+  set.add(fathom);
+  const std::string md = results_markdown(set.to_json());
+  const auto hisparse = md.find("## mode: hisparse");
+  ASSERT_NE(hisparse, std::string::npos) << md;
+  EXPECT_EQ(md.substr(0, hisparse).find("Selection ("), std::string::npos) << md;
+  EXPECT_NE(md.find("| tiny-dsa | 4 | 2048 | 64 | - | - | - | 2.00 KiB | 0.5000 | 0.25 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(
+      md.find("| tiny-gqa | 2 | 2048 | 64 | 40 | 45.1 | 20.2 | 3.00 MiB | 0.8597 | 0.000119 |"),
+      std::string::npos)
+      << md;
+  const auto j = set.to_json();
+  EXPECT_TRUE(j["points"][1]["metrics"]["bits_per_token"].is_null());
+  EXPECT_DOUBLE_EQ(j["points"][2]["metrics"]["bytes_per_token"].get<double>(), 45.0625 / 8);
+  const std::string csv = results_csv(j);
+  EXPECT_NE(csv.find(",bytes_scanned_per_step,bits_per_token,bytes_per_token,active_channels,"),
+            std::string::npos)
+      << csv;
+}
+
 TEST(ReportResults, WriteKeepsEarlierPointsAfterEveryAdd) {
   TempDir tmp;
   ResultSet set = make_set(3);
