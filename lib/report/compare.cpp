@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -61,17 +62,43 @@ json run_info(const json& doc, const std::string& label) {
           {"start_time", at(meta, "start_time")}};
 }
 
-double metric_of(const json& point, CompareMetric m, const std::string& label) {
-  const json& metrics = at(point, "metrics");
-  const json& v = m == CompareMetric::tokens_per_s ? at(metrics, "output_tokens_per_s")
-                                                   : at(at(metrics, "step_ms"), "median");
-  if (!v.is_number())
-    throw Error(label,
-                fmt::format("point {} has no {} value", text_of(at(point, "index")),
-                            m == CompareMetric::tokens_per_s ? "metrics.output_tokens_per_s"
-                                                             : "metrics.step_ms.median"),
-                "compare results.json files written by 'hisparse-bench run'");
-  return v.get<double>();
+struct MetricInfo {
+  CompareMetric id;
+  std::string_view name;   ///< --metric value
+  std::string_view field;  ///< under metrics; a '.' steps into an object
+  bool higher_better;
+  bool timing;
+};
+constexpr MetricInfo kMetrics[] = {
+    {CompareMetric::tokens_per_s, "tokens_per_s", "output_tokens_per_s", true, true},
+    {CompareMetric::step_ms_median, "step_ms.median", "step_ms.median", false, true},
+    {CompareMetric::selection_recall, "selection_recall", "selection_recall", true, false},
+    {CompareMetric::attention_rel_error, "attention_rel_error", "attention_rel_error", false,
+     false},
+    {CompareMetric::hit_rate, "hit_rate", "hit_rate", true, false},
+    {CompareMetric::bytes_h2d_per_step, "bytes_h2d_per_step", "bytes_h2d_per_step", false, false},
+    {CompareMetric::bits_per_token, "bits_per_token", "bits_per_token", false, false}};
+
+const MetricInfo& info(CompareMetric m) {
+  for (const auto& i : kMetrics)
+    if (i.id == m) return i;
+  return kMetrics[0];
+}
+
+/// The point's value of the metric; nullopt where a selection metric is null (not measured).
+std::optional<double> metric_of(const json& point, CompareMetric m, const std::string& label) {
+  const MetricInfo& i = info(m);
+  const json* v = &at(point, "metrics");
+  for (std::size_t from = 0; from <= i.field.size();) {
+    const std::size_t dot = std::min(i.field.find('.', from), i.field.size());
+    v = &at(*v, std::string(i.field.substr(from, dot - from)).c_str());
+    from = dot + 1;
+  }
+  if (v->is_number()) return v->get<double>();
+  if (!i.timing && v->is_null()) return std::nullopt;
+  throw Error(label,
+              fmt::format("point {} has no metrics.{} value", text_of(at(point, "index")), i.field),
+              "compare results.json files written by 'hisparse-bench run'");
 }
 
 /// Relative p10..p90 spread of the point's step times, in percent (0 when unknown).
@@ -96,14 +123,28 @@ std::string config_difference(const json& a, const json& b, const std::vector<st
 }  // namespace
 
 CompareMetric parse_compare_metric(std::string_view name, const std::string& where) {
-  if (name == "tokens_per_s") return CompareMetric::tokens_per_s;
-  if (name == "step_ms.median") return CompareMetric::step_ms_median;
+  for (const auto& i : kMetrics)
+    if (i.name == name) return i.id;
   throw Error(where, fmt::format("unknown metric '{}'", name),
-              "use tokens_per_s or step_ms.median");
+              fmt::format("use one of {}", fmt::join(compare_metric_names(), ", ")));
 }
 
 std::string_view name_of(CompareMetric m) noexcept {
-  return m == CompareMetric::tokens_per_s ? "tokens_per_s" : "step_ms.median";
+  return info(m).name;
+}
+
+std::vector<std::string> compare_metric_names() {
+  std::vector<std::string> names;
+  for (const auto& i : kMetrics) names.emplace_back(i.name);
+  return names;
+}
+
+bool higher_is_better(CompareMetric m) noexcept {
+  return info(m).higher_better;
+}
+
+bool is_timing(CompareMetric m) noexcept {
+  return info(m).timing;
 }
 
 std::string_view name_of(Verdict v) noexcept {
@@ -152,7 +193,7 @@ Comparison compare_results(const json& base, const json& next, const CompareOpti
     const std::string key = point_key(p, c.axes);
     if (base_points.emplace(key, &p).second) base_order.push_back(key);
   }
-  int matched = 0;
+  int matched = 0, valued = 0;  // points in both runs; of those, compared on a value
   std::map<std::string, bool> seen_in_new;
   for (const auto& p : at(next, "points")) {
     PointComparison r;
@@ -164,15 +205,18 @@ Comparison compare_results(const json& base, const json& next, const CompareOpti
     if (it == base_points.end()) {
       r.verdict = Verdict::not_compared;
       r.note = "only in NEW";
-      if (new_ok) r.next = metric_of(p, options.metric, new_label);
+      if (new_ok) r.next = metric_of(p, options.metric, new_label).value_or(0.0);
       c.points.push_back(std::move(r));
       continue;
     }
     ++matched;
     const json& b = *it->second;
     const bool base_ok = at(b, "status") == json("ok");
-    if (base_ok) r.base = metric_of(b, options.metric, base_label);
-    if (new_ok) r.next = metric_of(p, options.metric, new_label);
+    std::optional<double> base_value, new_value;
+    if (base_ok) base_value = metric_of(b, options.metric, base_label);
+    if (new_ok) new_value = metric_of(p, options.metric, new_label);
+    r.base = base_value.value_or(0.0);
+    r.next = new_value.value_or(0.0);
     if (!base_ok) {
       r.verdict = Verdict::not_compared;
       r.note = "failed in BASE";
@@ -180,14 +224,20 @@ Comparison compare_results(const json& base, const json& next, const CompareOpti
       r.verdict = Verdict::failed;
       r.note = "failed in NEW: " + text_of(at(p, "error"));
       ++c.regressions;
+    } else if (!base_value || !new_value) {
+      r.verdict = Verdict::not_compared;
+      r.note = fmt::format("no {} in {}", name_of(options.metric),
+                           !base_value && !new_value ? "either run"
+                           : !base_value             ? "BASE"
+                                                     : "NEW");
     } else if (r.base <= 0) {
       r.verdict = Verdict::not_compared;
       r.note = "BASE value is 0";
     } else {
+      ++valued;
       r.delta_pct = 100.0 * (r.next - r.base) / r.base;
-      r.noise_pct = std::max(spread_pct(b), spread_pct(p));
-      const bool worse =
-          options.metric == CompareMetric::tokens_per_s ? r.delta_pct < 0 : r.delta_pct > 0;
+      r.noise_pct = is_timing(options.metric) ? std::max(spread_pct(b), spread_pct(p)) : 0.0;
+      const bool worse = higher_is_better(options.metric) ? r.delta_pct < 0 : r.delta_pct > 0;
       const double size = std::abs(r.delta_pct);
       if (size <= options.threshold_pct)
         r.verdict = Verdict::same;
@@ -209,7 +259,7 @@ Comparison compare_results(const json& base, const json& next, const CompareOpti
       r.verdict = Verdict::not_compared;
       r.note = "only in BASE";
       if (at(*base_points[key], "status") == json("ok"))
-        r.base = metric_of(*base_points[key], options.metric, base_label);
+        r.base = metric_of(*base_points[key], options.metric, base_label).value_or(0.0);
       c.points.push_back(std::move(r));
     }
   if (matched == 0)
@@ -218,15 +268,26 @@ Comparison compare_results(const json& base, const json& next, const CompareOpti
         fmt::format("no sweep point matches one of BASE ({}) by its axis values{}", base_label,
                     c.axes.empty() ? "" : " (" + fmt::format("{}", fmt::join(c.axes, ", ")) + ")"),
         "compare two runs of the same scenario");
+  // A gate on a metric that no common point measured would pass whatever happened.
+  if (!is_timing(options.metric) && valued == 0 &&
+      std::none_of(c.points.begin(), c.points.end(),
+                   [](const PointComparison& r) { return r.verdict == Verdict::failed; }))
+    throw Error(new_label,
+                fmt::format("no point in both runs has a nonzero metrics.{} to compare",
+                            info(options.metric).field),
+                "choose a metric these runs measure (selection_recall and attention_rel_error "
+                "for sparse modes, hit_rate for hisparse modes, bits_per_token for fathom "
+                "modes)");
   return c;
 }
 
 std::string comparison_text(const Comparison& c) {
-  const bool tps = c.options.metric == CompareMetric::tokens_per_s;
-  std::string out = fmt::format(
-      "compare {} ({} is better), threshold {:g}%, noise = larger step-time p10..p90 spread of "
-      "the two points\n",
-      name_of(c.options.metric), tps ? "higher" : "lower", c.options.threshold_pct);
+  std::string out =
+      fmt::format("compare {} ({} is better), threshold {:g}%, {}\n", name_of(c.options.metric),
+                  higher_is_better(c.options.metric) ? "higher" : "lower", c.options.threshold_pct,
+                  is_timing(c.options.metric)
+                      ? "noise = larger step-time p10..p90 spread of the two points"
+                      : "no noise allowance (a selection metric: the same for the same seed)");
   for (const json* run : {&c.base_run, &c.new_run})
     out +=
         fmt::format("{} {}: {} on {}, git {}, started {}\n", run == &c.base_run ? "BASE" : "NEW ",

@@ -2,8 +2,9 @@
 // matched by their values of the swept axes (the union of both runs' axes, read from each point's
 // config). A change is significant only when it exceeds both the threshold and the measured
 // noise, nvbench style: noise = the larger relative step-time spread (p90 - p10) / median of the
-// two points. A slower significant change, or a point that ran in BASE and failed in NEW, is a
-// regression.
+// two points for the timing metrics; the selection metrics (recall, attention error, hit rate,
+// bytes moved, bits read) are deterministic for a seed and have no noise allowance. A worse
+// significant change, or a point that ran in BASE and failed in NEW, is a regression.
 #pragma once
 
 #include <string>
@@ -14,11 +15,27 @@
 
 namespace hisparse {
 
-enum class CompareMetric { tokens_per_s, step_ms_median };
+enum class CompareMetric {
+  tokens_per_s,
+  step_ms_median,
+  selection_recall,
+  attention_rel_error,
+  hit_rate,
+  bytes_h2d_per_step,
+  bits_per_token
+};
 
-/// "tokens_per_s" | "step_ms.median"; throws Error naming `where` otherwise.
+/// "tokens_per_s", "step_ms.median", "selection_recall", "attention_rel_error", "hit_rate",
+/// "bytes_h2d_per_step", "bits_per_token"; throws Error naming `where` otherwise.
 [[nodiscard]] CompareMetric parse_compare_metric(std::string_view name, const std::string& where);
 [[nodiscard]] std::string_view name_of(CompareMetric m) noexcept;
+/// Every metric's name, in the order above.
+[[nodiscard]] std::vector<std::string> compare_metric_names();
+[[nodiscard]] bool higher_is_better(CompareMetric m) noexcept;
+/// Step-time metrics: a value on every ok point, judged against the step-time noise. The others
+/// may be null where a mode does not measure them (recall of a dense point): such points are not
+/// compared, and a comparison in which no point has the metric is refused.
+[[nodiscard]] bool is_timing(CompareMetric m) noexcept;
 
 struct CompareOptions {
   CompareMetric metric = CompareMetric::tokens_per_s;

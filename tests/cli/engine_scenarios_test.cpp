@@ -101,6 +101,24 @@ TEST(EngineScenarios, FathomQualityTracksTheBudget) {
   EXPECT_EQ(fathom["128"]["bits_per_token"].get<double>(), 136.0);
   EXPECT_EQ(fathom["128"]["active_channels"].get<double>(), 32.0);
   EXPECT_LT(fathom["40"]["bits_per_token"].get<double>(), 50.0);
+  // The CPU run is deterministic: the same scenario again gates clean on recall, and a gate on a
+  // metric no point measured (no hot buffer here) is refused rather than passed.
+  TempDir again;
+  (void)run_scenario(
+      "fathom-quality",
+      "--set decode_steps=2 --set warmup_steps=0 --set sweep.budget_bits=[40,128]", again);
+  const std::string both =
+      (out.path / "results.json").string() + " " + (again.path / "results.json").string();
+  const auto same = run_bench("compare " + both + " --metric selection_recall");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("no regression: 0 regressions, 0 improvements, 4 same"),
+            std::string::npos)
+      << same.output;
+  const auto refused = run_bench("compare " + both + " --metric hit_rate");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("no point in both runs has a nonzero metrics.hit_rate"),
+            std::string::npos)
+      << refused.output;
 }
 
 }  // namespace

@@ -108,9 +108,74 @@ TEST(ReportCompare, MissingMetricAndBadThresholdAreErrors) {
   EXPECT_THROW((void)compare_results(doc({}), doc({}), o, "a", "b"), Error);
 }
 
+// A point that chose rows: recall, error and Fathom's bits per token, with a wide step spread that
+// must not hide a change of these deterministic metrics.
+json selection_point(int concurrency, double recall, double error, double bits) {
+  json p = point(concurrency, 100, 0.5, 1.5);
+  p["metrics"]["selection_recall"] = recall;
+  p["metrics"]["attention_rel_error"] = error;
+  p["metrics"]["bits_per_token"] = bits;
+  p["metrics"]["hit_rate"] = nullptr;
+  return p;
+}
+
+TEST(ReportCompare, SelectionMetricsHaveNoNoiseAllowanceAndTheirOwnDirection) {
+  const json base = doc({selection_point(1, 0.90, 0.010, 50), selection_point(2, 0.90, 0.010, 50)});
+  const json next = doc({selection_point(1, 0.80, 0.009, 50), selection_point(2, 0.89, 0.012, 60)});
+  CompareOptions recall;
+  recall.metric = CompareMetric::selection_recall;
+  const Comparison r = compare_results(base, next, recall, "a", "b");
+  EXPECT_EQ(find(r, "concurrency=1").verdict, Verdict::regression);  // -11.1%, spread ignored
+  EXPECT_EQ(find(r, "concurrency=1").noise_pct, 0.0);
+  EXPECT_EQ(find(r, "concurrency=2").verdict, Verdict::same);  // -1.1%
+  CompareOptions error;
+  error.metric = CompareMetric::attention_rel_error;
+  const Comparison e = compare_results(base, next, error, "a", "b");
+  EXPECT_EQ(find(e, "concurrency=1").verdict, Verdict::improvement);  // lower is better
+  EXPECT_EQ(find(e, "concurrency=2").verdict, Verdict::regression);   // +20%
+  CompareOptions bits;
+  bits.metric = CompareMetric::bits_per_token;
+  EXPECT_EQ(find(compare_results(base, next, bits, "a", "b"), "concurrency=2").verdict,
+            Verdict::regression);
+  EXPECT_NE(comparison_text(e).find("compare attention_rel_error (lower is better), threshold "
+                                    "5%, no noise allowance"),
+            std::string::npos)
+      << comparison_text(e);
+}
+
+TEST(ReportCompare, PointsWithoutTheSelectionMetricAreNotComparedAndNoneAtAllIsAnError) {
+  json base = doc({point(1, 100, 1, 1), selection_point(2, 0.9, 0.01, 50)});
+  json next = doc({point(1, 100, 1, 1), selection_point(2, 0.9, 0.01, 50)});
+  base["points"][0]["metrics"]["selection_recall"] = nullptr;  // a dense point measures none
+  next["points"][0]["metrics"]["selection_recall"] = nullptr;
+  CompareOptions recall;
+  recall.metric = CompareMetric::selection_recall;
+  const Comparison c = compare_results(base, next, recall, "a", "b");
+  EXPECT_EQ(find(c, "concurrency=1").verdict, Verdict::not_compared);
+  EXPECT_EQ(find(c, "concurrency=1").note, "no selection_recall in either run");
+  EXPECT_EQ(find(c, "concurrency=2").verdict, Verdict::same);
+  CompareOptions hits;
+  hits.metric = CompareMetric::hit_rate;
+  try {
+    (void)compare_results(base, next, hits, "a.json", "b.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "b.json: no point in both runs has a nonzero metrics.hit_rate to compare; "
+                 "choose a metric these runs measure (selection_recall and attention_rel_error "
+                 "for sparse modes, hit_rate for hisparse modes, bits_per_token for fathom "
+                 "modes)");
+  }
+}
+
 TEST(ReportCompare, MetricNamesRoundTrip) {
   EXPECT_EQ(parse_compare_metric("tokens_per_s", "--metric"), CompareMetric::tokens_per_s);
   EXPECT_EQ(name_of(parse_compare_metric("step_ms.median", "--metric")), "step_ms.median");
+  for (const auto& name : compare_metric_names())
+    EXPECT_EQ(name_of(parse_compare_metric(name, "--metric")), name);
+  EXPECT_TRUE(higher_is_better(CompareMetric::selection_recall));
+  EXPECT_FALSE(higher_is_better(CompareMetric::bytes_h2d_per_step));
+  EXPECT_FALSE(is_timing(CompareMetric::hit_rate));
   EXPECT_THROW((void)parse_compare_metric("tps", "--metric"), Error);
 }
 

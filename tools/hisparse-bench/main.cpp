@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "report/compare.hpp"
 
 namespace {
 
@@ -118,9 +119,11 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1e9));
   compare
       ->add_option("--metric", compare_args.metric,
-                   "tokens_per_s (default, higher is better) or step_ms.median (lower is "
-                   "better)")
-      ->check(CLI::IsMember({"tokens_per_s", "step_ms.median"}));
+                   "tokens_per_s (default, higher is better), step_ms.median (lower), or a "
+                   "selection metric without noise allowance: selection_recall (higher), "
+                   "attention_rel_error (lower), hit_rate (higher), bytes_h2d_per_step (lower), "
+                   "bits_per_token (lower)")
+      ->check(CLI::IsMember(compare_metric_names()));
   compare->add_flag("--allow-different-devices", compare_args.allow_different_devices,
                     "Compare results of different backends or devices anyway");
   add_json(compare);
