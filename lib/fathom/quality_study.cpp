@@ -1,8 +1,12 @@
 #include "fathom/quality_study.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -100,13 +104,44 @@ int study_keep(const QualityConfig& config) {
   return config.top_k - config.sinks - config.recent;
 }
 
+/// Runs work(kvh) for every study head on up to config.threads threads (0: every hardware thread)
+/// and returns the results in head order, so that the caller sums them in the order one thread
+/// would: the figures do not depend on the thread count. The first exception is rethrown.
+template <class Work>
+auto for_each_head(const QualityConfig& config, Work work) {
+  using Result = decltype(work(0));
+  std::vector<Result> results(static_cast<std::size_t>(std::max(config.kv_heads, 0)));
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  const auto threads = static_cast<int>(std::min<std::size_t>(
+      config.threads > 0 ? static_cast<unsigned>(config.threads) : hardware, results.size()));
+  std::atomic<int> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_lock;
+  const auto run = [&] {
+    for (int kvh; (kvh = next.fetch_add(1)) < config.kv_heads;) {
+      try {
+        results[static_cast<std::size_t>(kvh)] = work(kvh);
+      } catch (...) {
+        const std::lock_guard<std::mutex> hold(failure_lock);
+        if (!failure) failure = std::current_exception();
+        next = config.kv_heads;  // stop handing out heads
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(run);
+  run();
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return results;
+}
+
 }  // namespace
 
 AttentionStats attention_stats(const QualityConfig& config) {
-  AttentionStats out;
   const int keep = study_keep(config);
-  double samples = 0;
-  for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
+  // Per head: one AttentionStats sample per (step, query head), summed below in head order.
+  const auto per_head = for_each_head(config, [&](int kvh) {
     const StudyHead head = study_head(config, kvh);
     const auto& [spec, data, d, heads, n] = head;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -114,6 +149,7 @@ AttentionStats attention_stats(const QualityConfig& config) {
     std::vector<std::int32_t> oracle(
         static_cast<std::size_t>(config.sinks + config.recent + heads * keep));
     std::vector<double> p(static_cast<std::size_t>(n));
+    std::vector<AttentionStats> samples;
     for (int step = 0; step < spec.steps; ++step) {
       exact_scores(data.query(step), heads, data.keys.data(), n, d, scores.data());
       const auto oracle_n = kf::select_from_scores_ref(scores.data(), heads, n, keep, config.sinks,
@@ -123,23 +159,30 @@ AttentionStats attention_stats(const QualityConfig& config) {
         const double mx = *std::max_element(s, s + n) * scale;
         double z = 0;
         for (std::int64_t i = 0; i < n; ++i) z += (p[i] = std::exp(s[i] * scale - mx));
-        double entropy = 0, sink = 0, recent = 0, selected = 0, top1 = 0;
+        AttentionStats a;
         for (std::int64_t i = 0; i < n; ++i) {
           p[i] /= z;
-          if (p[i] > 0) entropy -= p[i] * std::log(p[i]);
+          if (p[i] > 0) a.entropy -= p[i] * std::log(p[i]);
           if (i < config.sinks)
-            sink += p[i];
+            a.sink_mass += p[i];
           else
-            top1 = std::max(top1, p[i]);
-          if (i >= n - config.recent) recent += p[i];
+            a.top1_mass = std::max(a.top1_mass, p[i]);
+          if (i >= n - config.recent) a.recent_mass += p[i];
         }
-        for (std::int64_t r = 0; r < oracle_n; ++r) selected += p[oracle[r]];
-        out.entropy += entropy, out.sink_mass += sink, out.recent_mass += recent;
-        out.selected_mass += selected, out.top1_mass += top1;
-        samples += 1;
+        for (std::int64_t r = 0; r < oracle_n; ++r) a.selected_mass += p[oracle[r]];
+        samples.push_back(a);
       }
     }
-  }
+    return samples;
+  });
+  AttentionStats out;
+  double samples = 0;
+  for (const auto& head : per_head)
+    for (const AttentionStats& a : head) {
+      out.entropy += a.entropy, out.sink_mass += a.sink_mass, out.recent_mass += a.recent_mass;
+      out.selected_mass += a.selected_mass, out.top1_mass += a.top1_mass;
+      samples += 1;
+    }
   if (samples > 0) {
     out.entropy /= samples, out.sink_mass /= samples, out.recent_mass /= samples;
     out.selected_mass /= samples, out.top1_mass /= samples;
@@ -157,8 +200,9 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
   for (std::size_t m = 0; m < methods.size(); ++m)
     rows[m].method = methods[m], rows[m].name = methods[m].name();
   const int keep = study_keep(config);
-  double samples = 0;
-  for (int kvh = 0; kvh < config.kv_heads; ++kvh) {
+  // Per head and step, each method's sample (bits, channels, recall, error); summed below in
+  // head order.
+  const auto per_head = for_each_head(config, [&](int kvh) {
     const StudyHead head = study_head(config, kvh);
     const auto& [spec, data, d, heads, n] = head;
     // The keys the planes hold: as generated, or minus their calibration mean.
@@ -190,7 +234,10 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
         static_cast<std::size_t>(config.sinks + config.recent + heads * keep));
     std::vector<std::int32_t> sel(oracle.size());
     std::vector<float> dense(static_cast<std::size_t>(heads) * d), approx(dense.size());
+    std::vector<std::vector<QualityRow>> steps(static_cast<std::size_t>(spec.steps),
+                                               std::vector<QualityRow>(methods.size()));
     for (int step = 0; step < spec.steps; ++step) {
+      std::vector<QualityRow>& sample = steps[static_cast<std::size_t>(step)];
       const float* q = data.query(step);
       if (basis) basis->rotate(q, q_klt.data(), heads);
       exact_scores(q, heads, data.keys.data(), n, d, scores.data());
@@ -202,8 +249,8 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
         if (methods[m].method == ScanMethod::oracle) {
           std::copy_n(oracle.begin(), oracle_n, sel.begin());
           count = oracle_n;
-          rows[m].bits_per_token += 16.0 * d;
-          rows[m].active_channels += d;
+          sample[m].bits_per_token = 16.0 * d;
+          sample[m].active_channels = d;
         } else {
           const BasisView& view = methods[m].klt ? klt : plain;
           const float* qm = methods[m].klt ? q_klt.data() : q;
@@ -237,22 +284,33 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
             kf::plane_scores_quantized_ref(args, 0, n, scores.data());
           count = kf::select_from_scores_ref(scores.data(), heads, n, keep, config.sinks,
                                              config.recent, sel.data());
-          rows[m].bits_per_token += plan_bits(depths);
-          rows[m].active_channels += active_channels(depths);
+          sample[m].bits_per_token = plan_bits(depths);
+          sample[m].active_channels = active_channels(depths);
         }
         std::vector<std::int32_t> inter;
         std::set_intersection(sel.begin(), sel.begin() + count, oracle.begin(),
                               oracle.begin() + oracle_n, std::back_inserter(inter));
-        rows[m].recall += static_cast<double>(inter.size()) /
-                          static_cast<double>(std::max<std::int64_t>(1, oracle_n));
+        sample[m].recall = static_cast<double>(inter.size()) /
+                           static_cast<double>(std::max<std::int64_t>(1, oracle_n));
         attention_over(q, heads, data.keys.data(), data.values.data(), n, d,
                        std::span<const std::int32_t>(sel.data(), static_cast<std::size_t>(count)),
                        approx.data());
-        rows[m].attention_error += mean_relative_l2_error(approx.data(), dense.data(), heads, d);
+        sample[m].attention_error = mean_relative_l2_error(approx.data(), dense.data(), heads, d);
+      }
+    }
+    return steps;
+  });
+  double samples = 0;
+  for (const auto& head : per_head)
+    for (const auto& sample : head) {
+      for (std::size_t m = 0; m < methods.size(); ++m) {
+        rows[m].bits_per_token += sample[m].bits_per_token;
+        rows[m].active_channels += sample[m].active_channels;
+        rows[m].recall += sample[m].recall;
+        rows[m].attention_error += sample[m].attention_error;
       }
       samples += 1;
     }
-  }
   for (auto& r : rows) {
     r.bits_per_token /= samples;
     r.bytes_per_token = r.bits_per_token / 8.0;

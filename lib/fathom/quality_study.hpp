@@ -37,6 +37,9 @@ struct QualityConfig {
   /// Score with plane_scores_ref (float weights, the definition) instead of the shipped scan's
   /// 8-bit-weight scores.
   bool float_scores = false;
+  /// KV heads studied at once (0: every hardware thread). The figures do not depend on it: the
+  /// heads' samples are summed in head order.
+  int threads = 0;
 };
 
 /// What the dense attention of a workload looks like, averaged over KV heads, steps and query

@@ -213,6 +213,8 @@ TEST(CliCommands, QualityStudyRejectsBadInput) {
       {"quality --profile flat",
        "error: --profile: flat not in {rope_qk_norm,independent,correlated}; run 'hisparse-bench "
        "--help'\n"},
+      {"quality --threads -1",
+       "error: --threads: -1 threads; use 0 (every hardware thread) or a positive count\n"},
       {"quality --replay " + capture,
        "error: --replay requires --model; run 'hisparse-bench --help'\n"},
       {"quality --replay /nonexistent/capture --model tiny-gqa",

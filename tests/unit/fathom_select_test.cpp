@@ -238,6 +238,43 @@ QualityConfig one_sample_study(const MethodSpec& method) {
   return cfg;
 }
 
+TEST(FathomQuality, ThreadCountDoesNotChangeAFigure) {
+  // Heads studied in parallel are summed in head order: bit-identical rows and statistics for
+  // 1, 2 and 5 threads (more threads than heads included).
+  QualityConfig cfg;
+  cfg.workload.tokens = 2048;
+  cfg.workload.steps = 2;
+  cfg.kv_heads = 4;
+  cfg.top_k = 128;
+  const auto study = [&](int threads) {
+    cfg.threads = threads;
+    return std::make_pair(quality_study(cfg), attention_stats(cfg));
+  };
+  const auto [one, one_stats] = study(1);
+  for (int threads : {2, 5}) {
+    const auto [rows, stats] = study(threads);
+    ASSERT_EQ(rows.size(), one.size());
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      EXPECT_EQ(rows[r].bits_per_token, one[r].bits_per_token) << one[r].name << threads;
+      EXPECT_EQ(rows[r].active_channels, one[r].active_channels) << one[r].name << threads;
+      EXPECT_EQ(rows[r].recall, one[r].recall) << one[r].name << threads;
+      EXPECT_EQ(rows[r].attention_error, one[r].attention_error) << one[r].name << threads;
+    }
+    EXPECT_EQ(stats.entropy, one_stats.entropy);
+    EXPECT_EQ(stats.selected_mass, one_stats.selected_mass);
+  }
+  // A head that fails fails the study, whichever thread studied it.
+  cfg.threads = 3;
+  cfg.source = [&](int kvh) {
+    if (kvh == 2) throw Error("study head 2", "unreadable", "fix it");
+    SyntheticKeySpec spec = cfg.workload;
+    spec.seed += static_cast<std::uint64_t>(kvh);
+    return make_synthetic_keys(spec);
+  };
+  EXPECT_EQ(test::error_message([&] { (void)quality_study(cfg); }),
+            "study head 2: unreadable; fix it");
+}
+
 TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {
   // The study's fathom row must be the shipped selector's result (8-bit-weight scores), and with
   // float_scores the REFERENCE.md formula's.

@@ -432,6 +432,10 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   cfg.klt = q.klt;
   cfg.centre_keys = q.centre_keys;
   cfg.float_scores = q.float_scores;
+  if (q.threads < 0)
+    throw Error("--threads", fmt::format("{} threads", q.threads),
+                "use 0 (every hardware thread) or a positive count");
+  cfg.threads = q.threads;
   // The study heads: synthetic KV heads, or every (captured layer, KV head) of a replay.
   std::optional<ReplayStudySource> replay;
   std::int64_t tokens = q.tokens == 0 ? 8192 : q.tokens;

@@ -44,6 +44,7 @@ struct QualityOptions {
   std::string model;           ///< preset or YAML of the model the capture came from
   std::vector<int> layers;     ///< captured layers studied; empty: all
   int calibration_steps = -1;  ///< captured steps held out for calibration; -1: half
+  int threads = 0;             ///< KV heads studied at once; 0: every hardware thread
 };
 
 /// Tracing flags of `run` and `trace`.

@@ -226,6 +226,9 @@ int run_cli(int argc, char** argv) {
       "--calibration-steps", quality_opts.calibration_steps,
       "With --replay: the first N captured query steps calibrate the fixed channel set, the "
       "others are scored (default half)");
+  quality->add_option("--threads", quality_opts.threads,
+                      "KV heads studied at once (default 0: every hardware thread); the figures "
+                      "do not depend on it");
   replay->needs(model)->excludes(profile)->excludes(kv_heads)->excludes(seed);
   model->needs(replay);
   layers->needs(replay);
