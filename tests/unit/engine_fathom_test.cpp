@@ -99,7 +99,7 @@ TEST(EngineFathom, SmallerBudgetsScanFewerBytes) {
   // active channel: bits = 40 + active / 4 per plan, in sum over the step's plans.
   const double plans = static_cast<double>(b40.plans[0]);
   EXPECT_EQ(b40.plans[0], kLayers * kStreamsPerLayer);
-  EXPECT_EQ(b40.plan_bits[0], plans * 40 + b40.plan_active_channels[0] * 0.25);
+  EXPECT_EQ(b40.plan_bits[0], plans * 40 + static_cast<double>(b40.plan_active_channels[0]) * 0.25);
   EXPECT_LT(b40.plan_active_channels[0], b128.plan_active_channels[0]);
 }
 
