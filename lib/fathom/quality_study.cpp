@@ -191,6 +191,10 @@ AttentionStats attention_stats(const QualityConfig& config) {
 }
 
 std::vector<QualityRow> quality_study(const QualityConfig& config) {
+  return quality_study_grouped(config, 0).rows;
+}
+
+QualityResult quality_study_grouped(const QualityConfig& config, int group_heads) {
   HISPARSE_FUNC_RANGE();
   const auto methods = study_methods(config);
   const bool any_klt = std::any_of(methods.begin(), methods.end(), [](const MethodSpec& m) {
@@ -300,25 +304,36 @@ std::vector<QualityRow> quality_study(const QualityConfig& config) {
     }
     return steps;
   });
-  double samples = 0;
-  for (const auto& head : per_head)
-    for (const auto& sample : head) {
-      for (std::size_t m = 0; m < methods.size(); ++m) {
-        rows[m].bits_per_token += sample[m].bits_per_token;
-        rows[m].active_channels += sample[m].active_channels;
-        rows[m].recall += sample[m].recall;
-        rows[m].attention_error += sample[m].attention_error;
+  // Means over the samples of heads [first, last), summed in head and step order.
+  const auto mean_over = [&](std::size_t first, std::size_t last) {
+    std::vector<QualityRow> out = rows;
+    double samples = 0;
+    for (std::size_t h = first; h < last; ++h)
+      for (const auto& sample : per_head[h]) {
+        for (std::size_t m = 0; m < methods.size(); ++m) {
+          out[m].bits_per_token += sample[m].bits_per_token;
+          out[m].active_channels += sample[m].active_channels;
+          out[m].recall += sample[m].recall;
+          out[m].attention_error += sample[m].attention_error;
+        }
+        samples += 1;
       }
-      samples += 1;
+    for (auto& r : out) {
+      r.bits_per_token /= samples;
+      r.bytes_per_token = r.bits_per_token / 8.0;
+      r.active_channels /= samples;
+      r.recall /= samples;
+      r.attention_error /= samples;
     }
-  for (auto& r : rows) {
-    r.bits_per_token /= samples;
-    r.bytes_per_token = r.bits_per_token / 8.0;
-    r.active_channels /= samples;
-    r.recall /= samples;
-    r.attention_error /= samples;
-  }
-  return rows;
+    return out;
+  };
+  QualityResult result;
+  result.rows = mean_over(0, per_head.size());
+  if (group_heads > 0)
+    for (std::size_t first = 0; first < per_head.size(); first += group_heads)
+      result.groups.push_back(mean_over(
+          first, std::min(per_head.size(), first + static_cast<std::size_t>(group_heads))));
+  return result;
 }
 
 std::string format_quality_table(const std::vector<QualityRow>& rows) {

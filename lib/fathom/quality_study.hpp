@@ -66,6 +66,14 @@ struct QualityRow {
 /// oracle.
 [[nodiscard]] std::vector<MethodSpec> default_methods();
 [[nodiscard]] std::vector<QualityRow> quality_study(const QualityConfig& config);
+/// The study's rows, and the same rows over each group of `group_heads` consecutive KV heads
+/// alone (a layer of a replayed capture: ReplayStudySource numbers its heads layer by layer); no
+/// groups when group_heads is 0. Every mean sums its samples in head and step order.
+struct QualityResult {
+  std::vector<QualityRow> rows;
+  std::vector<std::vector<QualityRow>> groups;
+};
+[[nodiscard]] QualityResult quality_study_grouped(const QualityConfig& config, int group_heads);
 /// AttentionStats of the config's workload (same KV heads and steps as quality_study).
 [[nodiscard]] AttentionStats attention_stats(const QualityConfig& config);
 /// A Markdown table of the rows.

@@ -73,7 +73,9 @@ fathom::SyntheticKeys ReplayStudySource::head(int index) const {
   spec.heads = group_;
   spec.steps = test_steps_;
   spec.calibration_queries = calibration_steps_;
-  spec.seed = static_cast<std::uint64_t>(index);
+  // Synthetic values follow the head, not its place in the study: the same for any --layers.
+  spec.seed = static_cast<std::uint64_t>(layer) * static_cast<std::uint64_t>(kv_heads_) +
+              static_cast<std::uint64_t>(kv_head);
   const auto count = static_cast<std::size_t>(tokens_) * static_cast<std::size_t>(head_dim_);
   std::vector<float> rows(count);
   capture_->keys(layer, kv_head, 0, tokens_, rows.data());

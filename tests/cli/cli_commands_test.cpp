@@ -8,7 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/rng.hpp"
+#include "model/npy.hpp"
 #include "support/run_command.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse::test {
 namespace {
@@ -275,6 +278,49 @@ TEST(CliCommands, QualityStudyReplaysACapture) {
             std::string::npos)
       << text.output;
   EXPECT_NE(text.output.find("note: no values (v) captured"), std::string::npos) << text.output;
+}
+
+// --by-layer: each captured layer's figures are those of a study of that layer alone.
+TEST(CliCommands, QualityStudyByLayerEqualsEachLayerAlone) {
+  // A 2-layer tiny-gqa capture (2 KV heads, 512 tokens, 6 query steps) of seeded normal keys with
+  // channel scales spread over two decades.
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const std::vector<std::int64_t> ks{2, 2, 512, 32}, qs{2, 6, 8, 32};
+  std::vector<float> k(static_cast<std::size_t>(2 * 2 * 512 * 32)), q(2 * 6 * 8 * 32);
+  for (std::size_t i = 0; i < k.size(); ++i)
+    k[i] = random_normal(7, i) * std::pow(10.0f, static_cast<float>(i % 32) / 16.0f - 1.0f);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = random_normal(8, i);
+  write_npy(dir.path / "k.npy", NpyType::f32, ks, k);
+  write_npy(dir.path / "q.npy", NpyType::f32, qs, q);
+  const std::string base = "quality --replay " + dir.path.string() +
+                           " --model tiny-gqa --top-k 64 --budgets 16,32,64,128 --json";
+  const auto all = run_bench(base + " --by-layer");
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  const auto j = nlohmann::json::parse(all.output);
+  ASSERT_EQ(j["layers"].size(), 2u) << all.output;
+  for (int layer : {0, 1}) {
+    const auto alone = run_bench(base + " --layers " + std::to_string(layer));
+    ASSERT_EQ(alone.exit_code, 0) << alone.output;
+    const auto a = nlohmann::json::parse(alone.output);
+    const auto& entry = j["layers"][static_cast<std::size_t>(layer)];
+    EXPECT_EQ(entry["layer"], layer);
+    EXPECT_EQ(entry["bits_at_fixed32_error"], a["bits_at_fixed32_error"]) << layer;
+    for (const auto& row : a["rows"]) {
+      if (row["method"] == "fixed-32ch") {
+        EXPECT_EQ(entry["fixed32_error"], row["attention_rel_error"]);
+      }
+    }
+  }
+  EXPECT_FALSE(j["layers"][0]["bits_at_fixed32_error"] == j["layers"][1]["bits_at_fixed32_error"]);
+  const auto text = run_bench("quality --replay " + dir.path.string() +
+                              " --model tiny-gqa --top-k 64 --budgets 16,32,64,128 --rule paper "
+                              "--by-layer");
+  EXPECT_NE(text.output.find("per layer (its 2 KV heads alone)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("| layer | 32-channel scan error | paper rule |"), std::string::npos)
+      << text.output;
+  EXPECT_EQ(run_bench("quality --by-layer").output,
+            "error: --by-layer requires --replay; run 'hisparse-bench --help'\n");
 }
 
 TEST(CliCommands, HelpDocumentsExitStatus) {

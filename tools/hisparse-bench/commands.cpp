@@ -484,7 +484,8 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
       cfg.methods.push_back(m);
     }
   const auto stats = fathom::attention_stats(cfg);
-  const auto rows = fathom::quality_study(cfg);
+  const auto study = fathom::quality_study_grouped(cfg, q.by_layer ? replay->kv_heads() : 0);
+  const auto& rows = study.rows;
   nlohmann::json workload{{"tokens", tokens},
                           {"kv_heads", cfg.kv_heads},
                           {"channels", channels},
@@ -531,28 +532,46 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
     const fathom::QualityRow* fixed;  ///< the 32-channel scan of the same basis
     std::optional<double> bits;
   };
-  std::vector<Needed> needed;
-  for (const bool klt : {false, true}) {
-    if (klt && !q.klt) continue;
-    const auto fixed = std::find_if(rows.begin(), rows.end(), [&](const auto& r) {
-      return r.name == (klt ? "fixed-klt-32ch" : "fixed-32ch");
-    });
-    for (PlanRule rule : rules) {
-      std::vector<fathom::QualityRow> own;
-      for (const auto& r : rows)
-        if (r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt)
-          own.push_back(r);
-      const bool reached = std::any_of(own.begin(), own.end(), [&](const auto& r) {
-        return r.attention_error <= fixed->attention_error;
+  const auto needs_of = [&](const std::vector<fathom::QualityRow>& of) {
+    std::vector<Needed> needed;
+    for (const bool klt : {false, true}) {
+      if (klt && !q.klt) continue;
+      const auto fixed = std::find_if(of.begin(), of.end(), [&](const auto& r) {
+        return r.name == (klt ? "fixed-klt-32ch" : "fixed-32ch");
       });
-      Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
-               fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
-               &*fixed, std::nullopt};
-      if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
-      j["bits_at_fixed32_error"][n.key] =
-          n.bits ? nlohmann::json(*n.bits) : nlohmann::json(nullptr);
-      needed.push_back(std::move(n));
+      for (PlanRule rule : rules) {
+        std::vector<fathom::QualityRow> own;
+        for (const auto& r : of)
+          if (r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt)
+            own.push_back(r);
+        const bool reached = std::any_of(own.begin(), own.end(), [&](const auto& r) {
+          return r.attention_error <= fixed->attention_error;
+        });
+        Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
+                 fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
+                 &*fixed, std::nullopt};
+        if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
+        needed.push_back(std::move(n));
+      }
     }
+    return needed;
+  };
+  const auto bits_json = [](const std::vector<Needed>& needed) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const Needed& n : needed)
+      out[n.key] = n.bits ? nlohmann::json(*n.bits) : nlohmann::json(nullptr);
+    return out;
+  };
+  const std::vector<Needed> needed = needs_of(rows);
+  j["bits_at_fixed32_error"] = bits_json(needed);
+  // --by-layer: the same figures over each captured layer's KV heads alone.
+  std::vector<std::vector<Needed>> layer_needs;
+  for (std::size_t g = 0; g < study.groups.size(); ++g) {
+    layer_needs.push_back(needs_of(study.groups[g]));
+    const Needed& first = layer_needs.back().front();
+    j["layers"].push_back({{"layer", replay->layers()[g]},
+                           {"fixed32_error", first.fixed->attention_error},
+                           {"bits_at_fixed32_error", bits_json(layer_needs.back())}});
   }
   if (o.json) {
     print_json(j);
@@ -589,6 +608,25 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
       fmt::print(
           "{}: no budget given reaches the {}'s error ({:.5f}); add larger budgets to --budgets\n",
           n.label, scan, n.fixed->attention_error);
+  }
+  if (!layer_needs.empty()) {
+    fmt::print("\nper layer (its {} KV heads alone): bits at its 32-channel scan's error\n\n",
+               replay->kv_heads());
+    std::string header = "| layer | 32-channel scan error |", rule_line = "| ---: | ---: |";
+    for (const Needed& n : layer_needs.front()) {
+      header += fmt::format(" {} |", n.label);
+      rule_line += " ---: |";
+    }
+    fmt::print("{}\n{}\n", header, rule_line);
+    for (std::size_t g = 0; g < layer_needs.size(); ++g) {
+      std::string line = fmt::format("| {} | {:.5f} |", replay->layers()[g],
+                                     layer_needs[g].front().fixed->attention_error);
+      for (const Needed& n : layer_needs[g])
+        line += n.bits
+                    ? fmt::format(" {:.1f} ({:.3f}x) |", *n.bits, *n.bits / n.fixed->bits_per_token)
+                    : std::string(" not reached |");
+      fmt::print("{}\n", line);
+    }
   }
   return exit_code::ok;
 }

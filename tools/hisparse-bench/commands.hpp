@@ -45,6 +45,7 @@ struct QualityOptions {
   std::vector<int> layers;     ///< captured layers studied; empty: all
   int calibration_steps = -1;  ///< captured steps held out for calibration; -1: half
   int threads = 0;             ///< KV heads studied at once; 0: every hardware thread
+  bool by_layer = false;       ///< with `replay`: the bits needed per captured layer too
 };
 
 /// Tracing flags of `run` and `trace`.

@@ -229,6 +229,10 @@ int run_cli(int argc, char** argv) {
   quality->add_option("--threads", quality_opts.threads,
                       "KV heads studied at once (default 0: every hardware thread); the figures "
                       "do not depend on it");
+  auto* by_layer = quality->add_flag(
+      "--by-layer", quality_opts.by_layer,
+      "With --replay: also the bits each rule needs per captured layer, over its KV heads alone");
+  by_layer->needs(replay);
   replay->needs(model)->excludes(profile)->excludes(kv_heads)->excludes(seed);
   model->needs(replay);
   layers->needs(replay);
