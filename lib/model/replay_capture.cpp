@@ -430,6 +430,7 @@ ReplayCapture::ReplayCapture(const fs::path& path, const ReplayGeometry& geometr
 
   auto layer_note = [&](Role r, const std::vector<LayerRef>& refs) {
     const auto n = static_cast<int>(refs.size());
+    if (!geometry.describe_layer_reuse) return;
     if (n < geometry.layers)
       d_->notes.push_back(fmt::format(
           "captured {} have {} layer{} for the model's {}: model layer l replays captured layer "

@@ -39,6 +39,10 @@ struct ReplayGeometry {
   int q_heads = 0;
   int key_dim = 0;
   int value_dim = 0;
+  /// Note how the model's layers map onto the captured ones ("model layer l replays captured layer
+  /// l mod n"): true for a decode replay; the quality study, which reads the captured layers
+  /// themselves, turns it off.
+  bool describe_layer_reuse = true;
 };
 
 class ReplayCapture {

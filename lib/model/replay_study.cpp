@@ -28,6 +28,7 @@ ReplayStudySource::ReplayStudySource(const std::filesystem::path& path, const Mo
   geo.kv_heads = model.gqa.kv_heads;
   geo.q_heads = model.gqa.q_heads;
   geo.key_dim = geo.value_dim = model.gqa.head_dim;
+  geo.describe_layer_reuse = false;  // the study reads the captured layers, not the model's
   capture_ = std::make_unique<const ReplayCapture>(path, geo, "--replay");
   kv_heads_ = geo.kv_heads;
   group_ = geo.q_heads / geo.kv_heads;
