@@ -1,7 +1,6 @@
 #include "commands.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,11 +17,9 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "fathom/quality_study.hpp"
 #include "model/capacity_model.hpp"
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
-#include "model/replay_study.hpp"
 #include "progress.hpp"
 #include "report/compare.hpp"
 #include "report/results_file.hpp"
@@ -33,13 +30,14 @@
 #include "trace/trace_session.hpp"
 
 namespace hisparse::cli {
-namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 void print_json(const nlohmann::json& j) {
   std::cout << j.dump(2) << std::endl;
 }
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string point_label(const SweepPoint& p) {
   return fmt::format("{} {} concurrency={} context={}", p.model, name_of(p.config.mode),
@@ -421,212 +419,6 @@ int info_command(const CommonOptions& o) {
     fmt::print("{} hardware threads\n", props.multiprocessors);
     fmt::print("measured ({} copies): host memcpy {:.1f} GB/s (read + write)\n",
                format_bytes(c.bytes), c.host_copy_gbps);
-  }
-  return exit_code::ok;
-}
-
-int quality_command(const QualityOptions& q, const CommonOptions& o) {
-  using fathom::MethodSpec, fathom::PlanRule, fathom::ScanMethod;
-  fathom::QualityConfig cfg;
-  cfg.top_k = q.top_k;
-  cfg.klt = q.klt;
-  cfg.centre_keys = q.centre_keys;
-  cfg.float_scores = q.float_scores;
-  if (q.threads < 0)
-    throw Error("--threads", fmt::format("{} threads", q.threads),
-                "use 0 (every hardware thread) or a positive count");
-  cfg.threads = q.threads;
-  // The study heads: synthetic KV heads, or every (captured layer, KV head) of a replay.
-  std::optional<ReplayStudySource> replay;
-  std::int64_t tokens = q.tokens == 0 ? 8192 : q.tokens;
-  int channels = cfg.workload.channels, query_heads = cfg.workload.heads;
-  if (!q.replay.empty()) {
-    replay.emplace(q.replay, load_model_named(q.model, "--model"), q.tokens, q.calibration_steps,
-                   q.layers);
-    cfg.kv_heads = replay->heads();
-    cfg.source = [&replay](int head) { return replay->head(head); };
-    tokens = replay->tokens();
-    channels = replay->head_dim();
-    query_heads = replay->group();
-  } else {
-    if (tokens < 1024 || tokens > (std::int64_t{1} << 22))
-      throw Error("--tokens", fmt::format("{} tokens is out of range", tokens),
-                  "use 1024 to 4194304 tokens, e.g. --tokens 8192");
-    if (q.kv_heads < 1 || q.kv_heads > 4096)
-      throw Error("--kv-heads", fmt::format("{} is out of range", q.kv_heads),
-                  "use 1 to 4096 KV heads, e.g. --kv-heads 32");
-    cfg.workload.profile = q.profile == "independent"  ? fathom::KeyProfile::independent
-                           : q.profile == "correlated" ? fathom::KeyProfile::correlated
-                                                       : fathom::KeyProfile::rope_qk_norm;
-    cfg.workload.tokens = tokens;
-    cfg.workload.steps = 1;
-    cfg.workload.seed = q.seed;
-    cfg.kv_heads = q.kv_heads;
-  }
-  if (q.top_k <= cfg.sinks + cfg.recent || q.top_k > tokens / 2)
-    throw Error("--top-k",
-                fmt::format("top_k {} does not fit {} sinks + {} recent tokens and "
-                            "half of {} tokens",
-                            q.top_k, cfg.sinks, cfg.recent, tokens),
-                fmt::format("use {} to {}", cfg.sinks + cfg.recent + 1, tokens / 2));
-  if (q.budgets.empty())
-    throw Error("--budgets", "no budget given", "list plane-bit budgets, e.g. --budgets 32,48,64");
-  for (int b : q.budgets) fathom::check_budget(b, channels, "--budgets");
-  std::vector<PlanRule> rules;
-  if (q.rule != "measured") rules.push_back(PlanRule::paper);
-  if (q.rule != "paper") rules.push_back(PlanRule::measured);
-  for (const auto& m : fathom::default_methods())
-    if (m.method != ScanMethod::fathom) cfg.methods.push_back(m);
-  for (PlanRule rule : rules)
-    for (int b : q.budgets) {
-      MethodSpec m{ScanMethod::fathom, b, 0};
-      m.rule = rule;
-      cfg.methods.push_back(m);
-    }
-  const auto stats = fathom::attention_stats(cfg);
-  const auto study = fathom::quality_study_grouped(cfg, q.by_layer ? replay->kv_heads() : 0);
-  const auto& rows = study.rows;
-  nlohmann::json workload{{"tokens", tokens},
-                          {"kv_heads", cfg.kv_heads},
-                          {"channels", channels},
-                          {"query_heads", query_heads}};
-  if (replay) {
-    workload["generator"] = "replay";
-    workload["replay_path"] = q.replay;
-    workload["model"] = q.model;
-    workload["layers"] = replay->layers();
-    workload["model_kv_heads"] = replay->kv_heads();
-    workload["calibration_steps"] = replay->calibration_steps();
-    workload["test_steps"] = replay->test_steps();
-    workload["values"] = replay->captured_values() ? "captured" : "synthetic N(0, 1)";
-    workload["notes"] = replay->notes();
-  } else {
-    workload["generator"] = "synthetic";
-    workload["profile"] = q.profile;
-    workload["seed"] = q.seed;
-  }
-  nlohmann::json j{{"backend", "cpu"},
-                   {"workload", workload},
-                   {"top_k", q.top_k},
-                   {"centre_keys", q.centre_keys},
-                   {"float_scores", q.float_scores},
-                   {"attention",
-                    {{"entropy_nats", stats.entropy},
-                     {"sink_mass", stats.sink_mass},
-                     {"recent_mass", stats.recent_mass},
-                     {"selected_mass", stats.selected_mass}}},
-                   {"rows", nlohmann::json::array()},
-                   {"bits_at_fixed32_error", nlohmann::json::object()}};
-  for (const auto& r : rows)
-    j["rows"].push_back({{"method", r.name},
-                         {"bits_per_token", r.bits_per_token},
-                         {"active_channels", r.active_channels},
-                         {"recall", r.recall},
-                         {"attention_rel_error", r.attention_error}});
-  // Bits each rule's Fathom rows need at the 32-channel scan's error, in the plain basis and,
-  // with --klt, in the KLT basis against the KLT 32-channel scan. Not reached when no budget
-  // given gets down to that error (then null, and the text says so).
-  struct Needed {
-    std::string key;                  ///< JSON key: "paper", "measured", "paper_klt", ...
-    std::string label;                ///< "paper rule", "measured rule, KLT basis"
-    const fathom::QualityRow* fixed;  ///< the 32-channel scan of the same basis
-    std::optional<double> bits;
-  };
-  const auto needs_of = [&](const std::vector<fathom::QualityRow>& of) {
-    std::vector<Needed> needed;
-    for (const bool klt : {false, true}) {
-      if (klt && !q.klt) continue;
-      const auto fixed = std::find_if(of.begin(), of.end(), [&](const auto& r) {
-        return r.name == (klt ? "fixed-klt-32ch" : "fixed-32ch");
-      });
-      for (PlanRule rule : rules) {
-        std::vector<fathom::QualityRow> own;
-        for (const auto& r : of)
-          if (r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt)
-            own.push_back(r);
-        const bool reached = std::any_of(own.begin(), own.end(), [&](const auto& r) {
-          return r.attention_error <= fixed->attention_error;
-        });
-        Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
-                 fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
-                 &*fixed, std::nullopt};
-        if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
-        needed.push_back(std::move(n));
-      }
-    }
-    return needed;
-  };
-  const auto bits_json = [](const std::vector<Needed>& needed) {
-    nlohmann::json out = nlohmann::json::object();
-    for (const Needed& n : needed)
-      out[n.key] = n.bits ? nlohmann::json(*n.bits) : nlohmann::json(nullptr);
-    return out;
-  };
-  const std::vector<Needed> needed = needs_of(rows);
-  j["bits_at_fixed32_error"] = bits_json(needed);
-  // --by-layer: the same figures over each captured layer's KV heads alone.
-  std::vector<std::vector<Needed>> layer_needs;
-  for (std::size_t g = 0; g < study.groups.size(); ++g) {
-    layer_needs.push_back(needs_of(study.groups[g]));
-    const Needed& first = layer_needs.back().front();
-    j["layers"].push_back({{"layer", replay->layers()[g]},
-                           {"fixed32_error", first.fixed->attention_error},
-                           {"bits_at_fixed32_error", bits_json(layer_needs.back())}});
-  }
-  if (o.json) {
-    print_json(j);
-    return exit_code::ok;
-  }
-  const std::string options = fmt::format("top_k {}{}{}", q.top_k,
-                                          q.centre_keys ? ", keys centred before quantization" : "",
-                                          q.float_scores ? ", float-weight scores" : "");
-  if (replay) {
-    fmt::print(
-        "Fathom quality study, CPU, captured keys ({}, model {}): layers {} x {} KV heads x {} "
-        "tokens, {} query heads x head_dim {}, {} calibration + {} scored query steps, {}\n",
-        q.replay, q.model, fmt::join(replay->layers(), ","), replay->kv_heads(), tokens,
-        query_heads, channels, replay->calibration_steps(), replay->test_steps(), options);
-    for (const auto& note : replay->notes()) fmt::print("note: {}\n", note);
-  } else {
-    fmt::print(
-        "Fathom quality study, CPU, synthetic keys ({} profile, seed {}): {} KV heads x {} tokens, "
-        "{} query heads x head_dim {}, {}\n",
-        q.profile, q.seed, q.kv_heads, tokens, query_heads, channels, options);
-  }
-  fmt::print(
-      "dense attention: entropy {:.2f} nats, sinks {:.3f}, last 32 {:.3f}, exact top-k "
-      "selection {:.3f} of the mass\n\n",
-      stats.entropy, stats.sink_mass, stats.recent_mass, stats.selected_mass);
-  fmt::print("{}\n", fathom::format_quality_table(rows));
-  for (const Needed& n : needed) {
-    const char* scan = n.fixed->method.klt ? "32-channel KLT scan" : "32-channel scan";
-    if (n.bits)
-      fmt::print("{}: {:.1f} bits at the {}'s error ({:.5f}), {:.3f}x of its {}\n", n.label,
-                 *n.bits, scan, n.fixed->attention_error, *n.bits / n.fixed->bits_per_token,
-                 n.fixed->bits_per_token);
-    else
-      fmt::print(
-          "{}: no budget given reaches the {}'s error ({:.5f}); add larger budgets to --budgets\n",
-          n.label, scan, n.fixed->attention_error);
-  }
-  if (!layer_needs.empty()) {
-    fmt::print("\nper layer (its {} KV heads alone): bits at its 32-channel scan's error\n\n",
-               replay->kv_heads());
-    std::string header = "| layer | 32-channel scan error |", rule_line = "| ---: | ---: |";
-    for (const Needed& n : layer_needs.front()) {
-      header += fmt::format(" {} |", n.label);
-      rule_line += " ---: |";
-    }
-    fmt::print("{}\n{}\n", header, rule_line);
-    for (std::size_t g = 0; g < layer_needs.size(); ++g) {
-      std::string line = fmt::format("| {} | {:.5f} |", replay->layers()[g],
-                                     layer_needs[g].front().fixed->attention_error);
-      for (const Needed& n : layer_needs[g])
-        line += n.bits
-                    ? fmt::format(" {:.1f} ({:.3f}x) |", *n.bits, *n.bits / n.fixed->bits_per_token)
-                    : std::string(" not reached |");
-      fmt::print("{}\n", line);
-    }
   }
   return exit_code::ok;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -71,5 +72,8 @@ int list_command(const std::string& what, const CommonOptions& o);
 int plan_command(const PlanOptions& p, const CommonOptions& o);
 int info_command(const CommonOptions& o);
 int quality_command(const QualityOptions& q, const CommonOptions& o);
+
+/// --json output: the document, indented, on stdout.
+void print_json(const nlohmann::json& j);
 
 }  // namespace hisparse::cli

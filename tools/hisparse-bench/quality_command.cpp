@@ -1,0 +1,263 @@
+// `hisparse-bench quality`: the Fathom quality study on synthetic keys or a replayed capture, as a
+// table, the bits each rule needs at the 32-channel scan's error, and (--by-layer) those per layer.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "fathom/quality_study.hpp"
+#include "model/replay_study.hpp"
+#include "scenario/scenario.hpp"
+
+namespace hisparse::cli {
+namespace {
+
+using fathom::MethodSpec, fathom::PlanRule, fathom::QualityRow, fathom::ScanMethod;
+
+/// What the study runs on, from the flags: the config, the capture of a replay, and the shape.
+struct QualitySetup {
+  fathom::QualityConfig config;
+  std::unique_ptr<ReplayStudySource> replay;  ///< null: synthetic keys
+  std::int64_t tokens = 0;
+  int channels = 0, query_heads = 0;
+  std::vector<PlanRule> rules;
+};
+
+QualitySetup quality_setup(const QualityOptions& q) {
+  QualitySetup s;
+  fathom::QualityConfig& cfg = s.config;
+  cfg.top_k = q.top_k;
+  cfg.klt = q.klt;
+  cfg.centre_keys = q.centre_keys;
+  cfg.float_scores = q.float_scores;
+  if (q.threads < 0)
+    throw Error("--threads", fmt::format("{} threads", q.threads),
+                "use 0 (every hardware thread) or a positive count");
+  cfg.threads = q.threads;
+  if (!q.replay.empty()) {
+    // Every (captured layer, KV head) is a study head.
+    s.replay = std::make_unique<ReplayStudySource>(q.replay, load_model_named(q.model, "--model"),
+                                                   q.tokens, q.calibration_steps, q.layers);
+    cfg.kv_heads = s.replay->heads();
+    cfg.source = [replay = s.replay.get()](int head) { return replay->head(head); };
+    s.tokens = s.replay->tokens();
+    s.channels = s.replay->head_dim();
+    s.query_heads = s.replay->group();
+  } else {
+    s.tokens = q.tokens == 0 ? 8192 : q.tokens;
+    if (s.tokens < 1024 || s.tokens > (std::int64_t{1} << 22))
+      throw Error("--tokens", fmt::format("{} tokens is out of range", s.tokens),
+                  "use 1024 to 4194304 tokens, e.g. --tokens 8192");
+    if (q.kv_heads < 1 || q.kv_heads > 4096)
+      throw Error("--kv-heads", fmt::format("{} is out of range", q.kv_heads),
+                  "use 1 to 4096 KV heads, e.g. --kv-heads 32");
+    cfg.workload.profile = q.profile == "independent"  ? fathom::KeyProfile::independent
+                           : q.profile == "correlated" ? fathom::KeyProfile::correlated
+                                                       : fathom::KeyProfile::rope_qk_norm;
+    cfg.workload.tokens = s.tokens;
+    cfg.workload.steps = 1;
+    cfg.workload.seed = q.seed;
+    cfg.kv_heads = q.kv_heads;
+    s.channels = cfg.workload.channels;
+    s.query_heads = cfg.workload.heads;
+  }
+  if (q.top_k <= cfg.sinks + cfg.recent || q.top_k > s.tokens / 2)
+    throw Error("--top-k",
+                fmt::format("top_k {} does not fit {} sinks + {} recent tokens and "
+                            "half of {} tokens",
+                            q.top_k, cfg.sinks, cfg.recent, s.tokens),
+                fmt::format("use {} to {}", cfg.sinks + cfg.recent + 1, s.tokens / 2));
+  if (q.budgets.empty())
+    throw Error("--budgets", "no budget given", "list plane-bit budgets, e.g. --budgets 32,48,64");
+  for (int b : q.budgets) fathom::check_budget(b, s.channels, "--budgets");
+  if (q.rule != "measured") s.rules.push_back(PlanRule::paper);
+  if (q.rule != "paper") s.rules.push_back(PlanRule::measured);
+  for (const auto& m : fathom::default_methods())
+    if (m.method != ScanMethod::fathom) cfg.methods.push_back(m);
+  for (PlanRule rule : s.rules)
+    for (int b : q.budgets) {
+      MethodSpec m{ScanMethod::fathom, b, 0};
+      m.rule = rule;
+      cfg.methods.push_back(m);
+    }
+  return s;
+}
+
+/// The bits one rule's Fathom rows need at the 32-channel scan's error, in one basis. Not reached
+/// when no budget given gets down to that error (then null, and the text says so).
+struct Needed {
+  std::string key;          ///< JSON key: "paper", "measured", "paper_klt", ...
+  std::string label;        ///< "paper rule", "measured rule, KLT basis"
+  const QualityRow* fixed;  ///< the 32-channel scan of the same basis
+  std::optional<double> bits;
+};
+
+/// Per rule, in the plain basis and, with `klt`, in the KLT basis against the KLT 32-channel scan.
+std::vector<Needed> bits_needed(const std::vector<QualityRow>& rows,
+                                const std::vector<PlanRule>& rules, bool klt_too) {
+  std::vector<Needed> needed;
+  for (const bool klt : {false, true}) {
+    if (klt && !klt_too) continue;
+    const auto fixed = std::find_if(rows.begin(), rows.end(), [&](const QualityRow& r) {
+      return r.name == (klt ? "fixed-klt-32ch" : "fixed-32ch");
+    });
+    for (PlanRule rule : rules) {
+      std::vector<QualityRow> own;
+      for (const auto& r : rows)
+        if (r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt)
+          own.push_back(r);
+      const bool reached = std::any_of(own.begin(), own.end(), [&](const QualityRow& r) {
+        return r.attention_error <= fixed->attention_error;
+      });
+      Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
+               fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
+               &*fixed, std::nullopt};
+      if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
+      needed.push_back(std::move(n));
+    }
+  }
+  return needed;
+}
+
+nlohmann::json bits_json(const std::vector<Needed>& needed) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const Needed& n : needed)
+    out[n.key] = n.bits ? nlohmann::json(*n.bits) : nlohmann::json(nullptr);
+  return out;
+}
+
+nlohmann::json workload_json(const QualityOptions& q, const QualitySetup& s) {
+  nlohmann::json w{{"tokens", s.tokens},
+                   {"kv_heads", s.config.kv_heads},
+                   {"channels", s.channels},
+                   {"query_heads", s.query_heads}};
+  if (const ReplayStudySource* r = s.replay.get()) {
+    w["generator"] = "replay";
+    w["replay_path"] = q.replay;
+    w["model"] = q.model;
+    w["layers"] = r->layers();
+    w["model_kv_heads"] = r->kv_heads();
+    w["calibration_steps"] = r->calibration_steps();
+    w["test_steps"] = r->test_steps();
+    w["values"] = r->captured_values() ? "captured" : "synthetic N(0, 1)";
+    w["notes"] = r->notes();
+  } else {
+    w["generator"] = "synthetic";
+    w["profile"] = q.profile;
+    w["seed"] = q.seed;
+  }
+  return w;
+}
+
+void print_header(const QualityOptions& q, const QualitySetup& s,
+                  const fathom::AttentionStats& stats) {
+  const std::string options = fmt::format("top_k {}{}{}", q.top_k,
+                                          q.centre_keys ? ", keys centred before quantization" : "",
+                                          q.float_scores ? ", float-weight scores" : "");
+  if (const ReplayStudySource* r = s.replay.get()) {
+    fmt::print(
+        "Fathom quality study, CPU, captured keys ({}, model {}): layers {} x {} KV heads x {} "
+        "tokens, {} query heads x head_dim {}, {} calibration + {} scored query steps, {}\n",
+        q.replay, q.model, fmt::join(r->layers(), ","), r->kv_heads(), s.tokens, s.query_heads,
+        s.channels, r->calibration_steps(), r->test_steps(), options);
+    for (const auto& note : r->notes()) fmt::print("note: {}\n", note);
+  } else {
+    fmt::print(
+        "Fathom quality study, CPU, synthetic keys ({} profile, seed {}): {} KV heads x {} tokens, "
+        "{} query heads x head_dim {}, {}\n",
+        q.profile, q.seed, q.kv_heads, s.tokens, s.query_heads, s.channels, options);
+  }
+  fmt::print(
+      "dense attention: entropy {:.2f} nats, sinks {:.3f}, last 32 {:.3f}, exact top-k "
+      "selection {:.3f} of the mass\n\n",
+      stats.entropy, stats.sink_mass, stats.recent_mass, stats.selected_mass);
+}
+
+void print_needed(const std::vector<Needed>& needed) {
+  for (const Needed& n : needed) {
+    const char* scan = n.fixed->method.klt ? "32-channel KLT scan" : "32-channel scan";
+    if (n.bits)
+      fmt::print("{}: {:.1f} bits at the {}'s error ({:.5f}), {:.3f}x of its {}\n", n.label,
+                 *n.bits, scan, n.fixed->attention_error, *n.bits / n.fixed->bits_per_token,
+                 n.fixed->bits_per_token);
+    else
+      fmt::print(
+          "{}: no budget given reaches the {}'s error ({:.5f}); add larger budgets to --budgets\n",
+          n.label, scan, n.fixed->attention_error);
+  }
+}
+
+/// --by-layer: one row per captured layer, the figures over its KV heads alone.
+void print_layers(const ReplayStudySource& replay,
+                  const std::vector<std::vector<Needed>>& layer_needs) {
+  fmt::print("\nper layer (its {} KV heads alone): bits at its 32-channel scan's error\n\n",
+             replay.kv_heads());
+  std::string header = "| layer | 32-channel scan error |", rule_line = "| ---: | ---: |";
+  for (const Needed& n : layer_needs.front()) {
+    header += fmt::format(" {} |", n.label);
+    rule_line += " ---: |";
+  }
+  fmt::print("{}\n{}\n", header, rule_line);
+  for (std::size_t g = 0; g < layer_needs.size(); ++g) {
+    std::string line = fmt::format("| {} | {:.5f} |", replay.layers()[g],
+                                   layer_needs[g].front().fixed->attention_error);
+    for (const Needed& n : layer_needs[g])
+      line += n.bits
+                  ? fmt::format(" {:.1f} ({:.3f}x) |", *n.bits, *n.bits / n.fixed->bits_per_token)
+                  : std::string(" not reached |");
+    fmt::print("{}\n", line);
+  }
+}
+
+}  // namespace
+
+int quality_command(const QualityOptions& q, const CommonOptions& o) {
+  const QualitySetup s = quality_setup(q);
+  const auto stats = fathom::attention_stats(s.config);
+  const auto study = fathom::quality_study_grouped(s.config, q.by_layer ? s.replay->kv_heads() : 0);
+  const std::vector<Needed> needed = bits_needed(study.rows, s.rules, q.klt);
+  std::vector<std::vector<Needed>> layer_needs;
+  for (const auto& layer_rows : study.groups)
+    layer_needs.push_back(bits_needed(layer_rows, s.rules, q.klt));
+
+  if (o.json) {
+    nlohmann::json j{{"backend", "cpu"},
+                     {"workload", workload_json(q, s)},
+                     {"top_k", q.top_k},
+                     {"centre_keys", q.centre_keys},
+                     {"float_scores", q.float_scores},
+                     {"attention",
+                      {{"entropy_nats", stats.entropy},
+                       {"sink_mass", stats.sink_mass},
+                       {"recent_mass", stats.recent_mass},
+                       {"selected_mass", stats.selected_mass}}},
+                     {"rows", nlohmann::json::array()},
+                     {"bits_at_fixed32_error", bits_json(needed)}};
+    for (const auto& r : study.rows)
+      j["rows"].push_back({{"method", r.name},
+                           {"bits_per_token", r.bits_per_token},
+                           {"active_channels", r.active_channels},
+                           {"recall", r.recall},
+                           {"attention_rel_error", r.attention_error}});
+    for (std::size_t g = 0; g < layer_needs.size(); ++g)
+      j["layers"].push_back({{"layer", s.replay->layers()[g]},
+                             {"fixed32_error", layer_needs[g].front().fixed->attention_error},
+                             {"bits_at_fixed32_error", bits_json(layer_needs[g])}});
+    print_json(j);
+    return exit_code::ok;
+  }
+  print_header(q, s, stats);
+  fmt::print("{}\n", fathom::format_quality_table(study.rows));
+  print_needed(needed);
+  if (!layer_needs.empty()) print_layers(*s.replay, layer_needs);
+  return exit_code::ok;
+}
+
+}  // namespace hisparse::cli
