@@ -190,6 +190,16 @@ AttentionStats attention_stats(const QualityConfig& config) {
   return out;
 }
 
+int study_threads(int requested, unsigned hardware, std::size_t free_bytes, std::int64_t tokens,
+                  int channels) {
+  if (requested > 0) return requested;
+  const double per_head =
+      kStudyBytesPerTokenChannel * static_cast<double>(tokens) * static_cast<double>(channels);
+  const double fit = per_head > 0 ? 0.5 * static_cast<double>(free_bytes) / per_head : 1e9;
+  return static_cast<int>(
+      std::max(1.0, std::min(static_cast<double>(std::max(hardware, 1u)), std::floor(fit))));
+}
+
 std::vector<QualityRow> quality_study(const QualityConfig& config) {
   return quality_study_grouped(config, 0).rows;
 }

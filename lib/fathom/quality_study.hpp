@@ -66,6 +66,14 @@ struct QualityRow {
 /// oracle.
 [[nodiscard]] std::vector<MethodSpec> default_methods();
 [[nodiscard]] std::vector<QualityRow> quality_study(const QualityConfig& config);
+/// Host bytes one KV head holds while it is studied, about 10 per (token, channel): keys and values
+/// in bf16, centred and KLT-rotated copies, two plane stores and the scores (measured at 128K
+/// tokens: 4.8 B plain, 9 B with --klt --centre-keys).
+inline constexpr double kStudyBytesPerTokenChannel = 10.0;
+/// Threads for QualityConfig::threads: `requested` when positive, else the hardware threads, but
+/// no more than keep the heads in flight within half of `free_bytes` (at least 1).
+[[nodiscard]] int study_threads(int requested, unsigned hardware, std::size_t free_bytes,
+                                std::int64_t tokens, int channels);
 /// The study's rows, and the same rows over each group of `group_heads` consecutive KV heads
 /// alone (a layer of a replayed capture: ReplayStudySource numbers its heads layer by layer); no
 /// groups when group_heads is 0. Every mean sums its samples in head and step order.

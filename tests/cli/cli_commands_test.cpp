@@ -265,6 +265,7 @@ TEST(CliCommands, QualityStudyReplaysACapture) {
   EXPECT_EQ(w["calibration_steps"], 4);
   EXPECT_EQ(w["test_steps"], 4);
   EXPECT_EQ(w["values"], "synthetic N(0, 1)");
+  EXPECT_GE(w["threads"].get<int>(), 1);
   // Only what the study itself needs to say: how model layers would replay it does not apply.
   EXPECT_EQ(w["notes"],
             nlohmann::json::array({"no values (v) captured: values are synthetic N(0, 1)"}));

@@ -238,6 +238,16 @@ QualityConfig one_sample_study(const MethodSpec& method) {
   return cfg;
 }
 
+TEST(FathomQuality, StudyThreadsFitHalfTheFreeMemory) {
+  // 1M tokens x 128 channels x 10 B = 1.25 GiB per head; 16 GiB free holds 6 heads in half of it.
+  constexpr std::size_t kGiB = std::size_t{1} << 30;
+  EXPECT_EQ(study_threads(0, 64, 16 * kGiB, 1 << 20, 128), 6);
+  EXPECT_EQ(study_threads(0, 4, 16 * kGiB, 1 << 20, 128), 4);  // fewer hardware threads
+  EXPECT_EQ(study_threads(0, 64, kGiB / 4, 1 << 20, 128), 1);  // never below one
+  EXPECT_EQ(study_threads(3, 64, kGiB / 4, 1 << 20, 128), 3);  // asked for: as asked
+  EXPECT_EQ(study_threads(0, 0, 16 * kGiB, 8192, 128), 1);     // hardware count unknown
+}
+
 TEST(FathomQuality, ThreadCountDoesNotChangeAFigure) {
   // Heads studied in parallel are summed in head order: bit-identical rows and statistics for
   // 1, 2 and 5 threads (more threads than heads included).

@@ -227,8 +227,8 @@ int run_cli(int argc, char** argv) {
       "With --replay: the first N captured query steps calibrate the fixed channel set, the "
       "others are scored (default half)");
   quality->add_option("--threads", quality_opts.threads,
-                      "KV heads studied at once (default 0: every hardware thread); the figures "
-                      "do not depend on it");
+                      "KV heads studied at once (default 0: every hardware thread, as far as half "
+                      "the free host memory holds them); the figures do not depend on it");
   auto* by_layer = quality->add_flag(
       "--by-layer", quality_opts.by_layer,
       "With --replay: also the bits each rule needs per captured layer, over its KV heads alone");

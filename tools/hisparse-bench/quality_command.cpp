@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "fathom/quality_study.hpp"
 #include "model/replay_study.hpp"
@@ -40,7 +42,6 @@ QualitySetup quality_setup(const QualityOptions& q) {
   if (q.threads < 0)
     throw Error("--threads", fmt::format("{} threads", q.threads),
                 "use 0 (every hardware thread) or a positive count");
-  cfg.threads = q.threads;
   if (!q.replay.empty()) {
     // Every (captured layer, KV head) is a study head.
     s.replay = std::make_unique<ReplayStudySource>(q.replay, load_model_named(q.model, "--model"),
@@ -77,6 +78,9 @@ QualitySetup quality_setup(const QualityOptions& q) {
   if (q.budgets.empty())
     throw Error("--budgets", "no budget given", "list plane-bit budgets, e.g. --budgets 32,48,64");
   for (int b : q.budgets) fathom::check_budget(b, s.channels, "--budgets");
+  // Every hardware thread by default, as far as half the free host memory holds the heads.
+  cfg.threads = fathom::study_threads(q.threads, std::thread::hardware_concurrency(),
+                                      Device::cpu().properties().free_memory, s.tokens, s.channels);
   if (q.rule != "measured") s.rules.push_back(PlanRule::paper);
   if (q.rule != "paper") s.rules.push_back(PlanRule::measured);
   for (const auto& m : fathom::default_methods())
@@ -134,7 +138,8 @@ nlohmann::json bits_json(const std::vector<Needed>& needed) {
 }
 
 nlohmann::json workload_json(const QualityOptions& q, const QualitySetup& s) {
-  nlohmann::json w{{"tokens", s.tokens},
+  nlohmann::json w{{"threads", s.config.threads},
+                   {"tokens", s.tokens},
                    {"kv_heads", s.config.kv_heads},
                    {"channels", s.channels},
                    {"query_heads", s.query_heads}};
