@@ -57,9 +57,11 @@ bool mode_supported(const ModelSpec& m, Mode mode, std::string* why) {
     case Mode::sparse_gpu:
       return true;
     case Mode::hisparse:
-      if (!m.has_indexer())
-        return no(
-            fmt::format("mode hisparse needs a model with a DSA indexer ({} has none)", m.name));
+      // MLA: the DSA indexer picks the rows. GQA: the exact top-k over GPU-resident keys does.
+      if (m.is_mla() && !m.has_indexer())
+        return no(fmt::format(
+            "mode hisparse on an MLA model needs a DSA indexer to pick the rows ({} has none)",
+            m.name));
       return true;
     case Mode::fathom:
     case Mode::hisparse_fathom:
@@ -119,7 +121,8 @@ RequestFootprint CapacityModel::footprint(Mode mode, const CapacityQuery& q) con
   if (!mode_supported(m, mode, &why))
     throw Error(fmt::format("mode {}", name_of(mode)), why,
                 m.is_mla() ? "use dense, sparse-gpu or hisparse for MLA models"
-                           : "use dense, sparse-gpu, fathom or hisparse+fathom for GQA models");
+                           : "use dense, sparse-gpu, hisparse, fathom or hisparse+fathom for GQA "
+                             "models");
   if (q.context_length <= 0)
     throw Error("context_length", fmt::format("must be positive, got {}", q.context_length),
                 "give the tokens per request, e.g. 131072");
@@ -149,7 +152,12 @@ RequestFootprint CapacityModel::footprint(Mode mode, const CapacityQuery& q) con
       if (index_keys) f.gpu_breakdown["index_keys"] = index_keys;
       break;
     case Mode::hisparse:
-      f.gpu_breakdown["index_keys"] = index_keys;
+      // What picks the rows stays on the GPU: the indexer's keys (MLA) or, for the exact top-k
+      // of a GQA model, the K half of every row.
+      if (m.is_mla())
+        f.gpu_breakdown["index_keys"] = index_keys;
+      else
+        f.gpu_breakdown["keys"] = kv_rows / 2;
       f.gpu_breakdown["hot_buffer"] = hot_rows;
       f.gpu_breakdown["hot_tables"] = hot_tables;
       f.host_breakdown["kv_rows"] = kv_rows;

@@ -205,16 +205,7 @@ DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
   q.top_k = top_k_;
   q.hot_buffer = config.hot_buffer;
   q.budget_bits = config.budget_bits;
-  if (config.mode == Mode::hisparse && !model.is_mla()) {
-    // Not planned by CapacityModel: the exact top-k reads every key (the K half of each row)
-    // on the GPU, the hot buffer holds hot + 1 rows per layer.
-    const std::size_t hot = zu(config.hot_buffer > 0 ? config.hot_buffer : 2 * top_k_);
-    gpu_bytes_per_request_ =
-        zu(model.layers) *
-        (model.kv_row_bytes() / 2 * zu(config.context_length) + model.kv_row_bytes() * (hot + 1));
-  } else {
-    gpu_bytes_per_request_ = CapacityModel(model).footprint(config.mode, q).gpu_bytes;
-  }
+  gpu_bytes_per_request_ = CapacityModel(model).footprint(config.mode, q).gpu_bytes;
   seq_len_ = config.context_length;
   tokens_.resize(zu(batch_));
   for (int b = 0; b < batch_; ++b)
@@ -864,11 +855,8 @@ void DecodeEngine::Impl::ffn(int l, const float* h, float* x) {
 void validate_config(const ModelSpec& model, const EngineConfig& c) {
   if (c.backend == Backend::cuda)
     throw Error("--backend cuda", "CUDA decode engine not yet implemented", "use --backend cpu");
-  // hisparse on a GQA model places the rows of the exact top-k (the sparse-gpu selection) in the
-  // hot buffer: a study configuration the engine runs although CapacityModel does not plan it.
-  const bool gqa_hisparse = c.mode == Mode::hisparse && !model.is_mla();
   std::string why;
-  if (!gqa_hisparse && !mode_supported(model, c.mode, &why))
+  if (!mode_supported(model, c.mode, &why))
     throw Error(fmt::format("mode {}", name_of(c.mode)), why, "pick a mode the model supports");
   if (c.mode == Mode::sparse_gpu && model.is_mla() && !model.has_indexer())
     throw Error(fmt::format("mode {}", name_of(c.mode)),

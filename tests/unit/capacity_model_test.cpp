@@ -102,13 +102,33 @@ TEST(CapacityModel, PlanFloorsTheFreeMemoryOverTheRequest) {
   EXPECT_EQ(cap.plan(q)[0].max_concurrency, 0);
 }
 
+TEST(CapacityModel, GqaHiSparseKeepsTheKeysForTheExactTopK) {
+  // tiny-gqa: 2 layers, rows of K + V for 2 KV heads x head_dim 32 in bf16 = 256 B per token.
+  CapacityQuery q;
+  q.context_length = 1024;
+  q.top_k = 64;
+  q.hot_buffer = 128;
+  const RequestFootprint f = CapacityModel(load_model("tiny-gqa")).footprint(Mode::hisparse, q);
+  EXPECT_EQ(f.gpu_breakdown.at("keys"), 128u * 2 * 1024);       // the K half of every row
+  EXPECT_EQ(f.gpu_breakdown.at("hot_buffer"), 256u * 129 * 2);  // hot + the newest slot
+  EXPECT_EQ(f.gpu_breakdown.at("hot_tables"), (8u * 128 + 4u * 32) * 2);
+  EXPECT_EQ(f.gpu_breakdown.count("index_keys"), 0u);
+  EXPECT_EQ(f.gpu_bytes, 262'144u + 66'048u + 2'304u);
+  EXPECT_EQ(f.host_breakdown.at("kv_rows"), 256u * 2 * 1024);
+}
+
 TEST(CapacityModel, ModesThatDoNotApplyAreRejected) {
   const ModelSpec gqa = load_model("tiny-gqa");
   EXPECT_TRUE(mode_supported(gqa, Mode::fathom));
+  EXPECT_TRUE(mode_supported(gqa, Mode::hisparse));
+  EXPECT_EQ(CapacityModel(gqa).plan(CapacityQuery{}).size(), 5u);
+  ModelSpec mla_without_indexer = load_model("tiny-dsa");
+  mla_without_indexer.indexer.present = false;
   std::string why;
-  EXPECT_FALSE(mode_supported(gqa, Mode::hisparse, &why));
-  EXPECT_EQ(why, "mode hisparse needs a model with a DSA indexer (tiny-gqa has none)");
-  EXPECT_EQ(CapacityModel(gqa).plan(CapacityQuery{}).size(), 4u);
+  EXPECT_FALSE(mode_supported(mla_without_indexer, Mode::hisparse, &why));
+  EXPECT_EQ(why,
+            "mode hisparse on an MLA model needs a DSA indexer to pick the rows (tiny-dsa has "
+            "none)");
   try {
     (void)CapacityModel(load_model("tiny-dsa")).footprint(Mode::fathom, CapacityQuery{});
     FAIL() << "no error";

@@ -222,10 +222,10 @@ TEST(ScenarioValidation, ModeAndModelMismatch) {
       error_of("name: a\nmodel: tiny-dsa\nmode: fathom\n"),
       "s.yaml:3:7: mode: mode 'fathom' needs a GQA model, but 'tiny-dsa' uses MLA; use dense, "
       "sparse-gpu or hisparse with this model, or a GQA model");
-  EXPECT_EQ(
-      error_of("name: a\nmodel: tiny-gqa\nmode: hisparse\n"),
-      "s.yaml:3:7: mode: mode hisparse needs a model with a DSA indexer (tiny-gqa has none); use "
-      "a mode that 'tiny-gqa' supports (hisparse-bench plan --model tiny-gqa)");
+  // GQA models run hisparse with the exact top-k over their GPU-resident keys.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisparse\ncontext_length: 1024\ntop_k: "
+                     "64\n"),
+            "no error");
 }
 
 TEST(ScenarioValidation, BudgetBitsUpToFourBitsPerChannel) {
