@@ -137,18 +137,16 @@ FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::i
     std::fill(row + n, row + width_, -1);
     stats.rows_selected += static_cast<std::int64_t>(n);
     // The scan reads whole 64-token words of every active (channel, plane) and one fp16 scale
-    // per block of every active channel that reads its scales (sign reads do not).
+    // per block of every active channel that reads its scales (sign reads do not): per block
+    // 8 B per plane and 2 B per scale, which is 8 B per plan bit (a plane is 1 bit per token, a
+    // scale 0.25; the sum is exact in double).
     const std::span<const std::uint8_t> plan(depths.data() + static_cast<std::size_t>(s) * d, d);
     const std::int64_t blocks =
         (store.length(s) + kernels::fathom::kBlockTokens - 1) / kernels::fathom::kBlockTokens;
-    std::int64_t planes = 0, scaled = 0;
-    for (const std::uint8_t t : plan) {
-      planes += kernels::fathom::read_planes(t);
-      scaled += kernels::fathom::reads_scale(t) ? 1 : 0;
-    }
-    stats.bytes_scanned += blocks * (planes * 8 + scaled * 2);
+    const double bits = fathom::plan_bits(plan);
+    stats.bytes_scanned += blocks * static_cast<std::int64_t>(8.0 * bits);
     stats.plans += 1;
-    stats.plan_bits += fathom::plan_bits(plan);
+    stats.plan_bits += bits;
     stats.active_channels += fathom::active_channels(plan);
   }
   return stats;
