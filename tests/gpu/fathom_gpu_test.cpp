@@ -513,6 +513,9 @@ TEST(FathomGpu, ScanSelectMatchesTwinManyChunksPerStream) {
   HISPARSE_REQUIRE_GPU();
   run_scan_case({PlaneLayoutKind::host, {262144 + 31}, 4, 512, 48, false});
   run_scan_case({PlaneLayoutKind::hbm, {200000, 3}, 4, 512, 80, false});
+  // Equal scores over a long stream split over many chunks: the radix selects of the scan and
+  // the merge decide on the positions' digits.
+  run_scan_case({PlaneLayoutKind::hbm, {150000}, 4, 512, 48, true});
   ScanCase twice{PlaneLayoutKind::hbm, {200000, 150000}, 4, 512, 48, false};
   twice.rerun_negated = true;
   run_scan_case(twice);
