@@ -589,18 +589,20 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   }
 }
 
-// The merge kernel sorts and deduplicates the selection with a bitmap of the stream's positions
-// when max_tokens / 8 bytes fit its shared memory (up to about 1.6M tokens): one bit per
-// position, then the set bits read out in order. Otherwise it bitonic-sorts the positions
-// (66 barrier-separated stages at top_k 512; 20-25 us of the 29 us merge at 1K tokens, H200).
-struct FinalizeSmem {
-  int cap = 0, sort_size = 0;  // sort_size: 0 on the bitmap path
-  std::int64_t bitmap_words = 0;
-  std::int64_t buf = 0, positions = 0, counts = 0, hist = 0, scratch = 0, total = 0;
+// The merge runs in two kernels. merge_heads_kernel, one block per (head, stream), takes the top
+// `keep` of the head's candidates over every chunk (a streaming top-k with the scan's compaction)
+// and leaves their positions in the first chunk's candidate list and their number in its count
+// (not launched with one chunk per stream: the scan's lists are the result).
+// finalize_kernel, one block per stream, adds the sinks and the recent window and sorts and
+// deduplicates the union. One block per stream doing every head in turn took 175 us of the
+// 1M-token, batch 1 host scan (31 chunks x 4 heads x 2012 candidates; PERF_LOG 2026-12-01).
+struct MergeSmem {
+  int cap = 0;
+  std::int64_t buf = 0, counts = 0, hist = 0, scratch = 0, total = 0;
 };
 
-FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
-  FinalizeSmem m;
+MergeSmem plan_merge_smem(const PlaneScanArgs& a) {
+  MergeSmem m;
   m.cap = a.keep + std::max(a.keep, 4 * kFinalizeThreads);
   std::int64_t off = 0;
   auto take = [&](std::int64_t bytes) {
@@ -611,6 +613,84 @@ FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
   m.buf = take(static_cast<std::int64_t>(m.cap) * 8);
   m.counts = take(16);
   m.hist = take(256 * 4);
+  m.scratch = take(64 * 8);
+  m.total = off;
+  return m;
+}
+
+// A head's merged positions (int32) and their number, in the first chunk's entries.
+__device__ __forceinline__ std::int64_t head_entry(const PlaneScanArgs& a,
+                                                   const PlaneScanWorkspace& ws, int s, int h) {
+  return (static_cast<std::int64_t>(s) * a.heads + h) * ws.chunks;
+}
+__device__ __forceinline__ std::int32_t* head_positions(const PlaneScanArgs& a,
+                                                        const PlaneScanWorkspace& ws, int s,
+                                                        int h) {
+  return reinterpret_cast<std::int32_t*>(ws.candidates + head_entry(a, ws, s, h) * a.keep);
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads)
+    merge_heads_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, MergeSmem m) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  std::uint64_t* buf = reinterpret_cast<std::uint64_t*>(smem + m.buf);
+  int* counts = reinterpret_cast<int*>(smem + m.counts);
+  int* hist = reinterpret_cast<int*>(smem + m.hist);
+  int* scratch = reinterpret_cast<int*>(smem + m.scratch);
+  auto* thr_shared = reinterpret_cast<std::uint64_t*>(scratch + kScratchThreshold);
+  const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
+  const std::int64_t entry0 = head_entry(a, ws, s, h);
+  if (tid == 0) {
+    counts[0] = 0;
+    thr_shared[0] = 0;
+  }
+  __syncthreads();
+  bool failed = false;
+  for (int c = 0; c < ws.chunks; ++c) {
+    const int cnt = ws.candidate_counts[entry0 + c];
+    if (cnt < 0) failed = true;
+    const std::uint64_t* cand = ws.candidates + (entry0 + c) * a.keep;
+    for (int base = 0; base < cnt; base += kFinalizeThreads) {
+      const int i = base + tid;
+      if (i < cnt) {
+        const std::uint64_t key = cand[i];
+        if (key > thr_shared[0]) buf[atomicAdd(&counts[0], 1)] = key;
+      }
+      __syncthreads();
+      if (counts[0] > m.cap - kFinalizeThreads) {
+        const std::uint64_t kth =
+            compact_top<kFinalizeThreads>(buf, &counts[0], a.keep, hist, scratch);
+        if (tid == 0) thr_shared[0] = kth;
+      }
+      __syncthreads();
+    }
+  }
+  // Every candidate has been read (the barriers above): the first chunk's list takes the result.
+  if (counts[0] > a.keep) compact_top<kFinalizeThreads>(buf, &counts[0], a.keep, hist, scratch);
+  const int kept = counts[0];
+  std::int32_t* out = head_positions(a, ws, s, h);
+  for (int i = tid; i < kept; i += kFinalizeThreads)
+    out[i] = static_cast<std::int32_t>(selection_key_position(buf[i]));
+  if (tid == 0) ws.candidate_counts[entry0] = failed ? -1 : kept;
+}
+
+// finalize_kernel sorts and deduplicates the selection with a bitmap of the stream's positions
+// when max_tokens / 8 bytes fit its shared memory (up to about 1.8M tokens): one bit per
+// position, then the set bits read out in order. Otherwise it bitonic-sorts the positions (66
+// barrier-separated stages at top_k 512; 20-25 us of the 29 us merge at 1K tokens, H200).
+struct FinalizeSmem {
+  int sort_size = 0;  // 0 on the bitmap path
+  std::int64_t bitmap_words = 0;
+  std::int64_t positions = 0, scratch = 0, total = 0;
+};
+
+FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
+  FinalizeSmem m;
+  std::int64_t off = 0;
+  auto take = [&](std::int64_t bytes) {
+    const std::int64_t at = off;
+    off = align16(off + bytes);
+    return at;
+  };
   m.scratch = take(64 * 8);
   const std::int64_t words = (a.max_tokens + 31) / 32;
   if (a.max_tokens > 0 && off + align16(words * 4) <= kFinalizeSharedMax) {
@@ -626,17 +706,11 @@ FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
   return m;
 }
 
-// One block per stream: merge the chunks' candidates per head into the top `keep`, add sinks and
-// the recent window, sort, deduplicate.
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, FinalizeSmem m) {
   extern __shared__ __align__(16) unsigned char smem[];
-  std::uint64_t* buf = reinterpret_cast<std::uint64_t*>(smem + m.buf);
   int* positions = reinterpret_cast<int*>(smem + m.positions);
-  int* counts = reinterpret_cast<int*>(smem + m.counts);
-  int* hist = reinterpret_cast<int*>(smem + m.hist);
   int* scratch = reinterpret_cast<int*>(smem + m.scratch);
-  auto* thr_shared = reinterpret_cast<std::uint64_t*>(scratch + kScratchThreshold);
   const int s = blockIdx.x, tid = threadIdx.x;
   const std::int64_t n = a.lengths[s];
   const std::int64_t first_eligible = n < a.sinks ? n : a.sinks;
@@ -662,52 +736,50 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   int used = fixed;
   bool failed = false;
   for (int h = 0; h < a.heads; ++h) {
-    if (tid == 0) {
-      counts[0] = 0;
-      thr_shared[0] = 0;
+    const int kept = ws.candidate_counts[head_entry(a, ws, s, h)];
+    if (kept < 0) {
+      failed = true;
+      continue;
     }
-    __syncthreads();
-    for (int c = 0; c < ws.chunks; ++c) {
-      const std::int64_t entry = (static_cast<std::int64_t>(s) * a.heads + h) * ws.chunks + c;
-      const int cnt = ws.candidate_counts[entry];
-      if (cnt < 0) failed = true;
-      const std::uint64_t* cand = ws.candidates + entry * a.keep;
-      for (int base = 0; base < cnt; base += kFinalizeThreads) {
-        const int i = base + tid;
-        if (i < cnt) {
-          const std::uint64_t key = cand[i];
-          if (key > thr_shared[0]) buf[atomicAdd(&counts[0], 1)] = key;
-        }
-        __syncthreads();
-        if (counts[0] > m.cap - kFinalizeThreads) {
-          const std::uint64_t kth =
-              compact_top<kFinalizeThreads>(buf, &counts[0], a.keep, hist, scratch);
-          if (tid == 0) thr_shared[0] = kth;
-        }
-        __syncthreads();
-      }
+    if (ws.chunks == 1) {  // the scan's own top `keep` (no head merge ran)
+      const std::uint64_t* keys = ws.candidates + head_entry(a, ws, s, h) * a.keep;
+      for (int i = tid; i < kept; i += kFinalizeThreads)
+        emit(used + i, static_cast<int>(selection_key_position(keys[i])));
+    } else {
+      const std::int32_t* merged = head_positions(a, ws, s, h);
+      for (int i = tid; i < kept; i += kFinalizeThreads) emit(used + i, merged[i]);
     }
-    if (counts[0] > a.keep) compact_top<kFinalizeThreads>(buf, &counts[0], a.keep, hist, scratch);
-    const int c = counts[0];
-    for (int i = tid; i < c; i += kFinalizeThreads)
-      emit(used + i, static_cast<int>(selection_key_position(buf[i])));
-    used += c;
-    __syncthreads();
+    used += kept;
   }
   if (failed) {
     if (tid == 0) a.selected_count[s] = -1;
     return;
   }
+  __syncthreads();
   std::int32_t* out = a.selected + s * a.max_selected();
-  if (bitmap) {  // each thread reads out the set bits of its run of words, in order
-    const int per = (words + kFinalizeThreads - 1) / kFinalizeThreads;
-    const int w0 = min(tid * per, words), w1 = min(w0 + per, words);
+  if (bitmap) {
+    // Each warp reads out the set bits of its run of words in order, 32 consecutive words per
+    // step (one per lane: no bank conflicts; a run per thread put every lane on one bank and
+    // took 39 us of a 1M-token merge).
+    constexpr int kWarps = kFinalizeThreads / 32;
+    const int lane = tid % 32, warp = tid / 32;
+    const int per = (words + kWarps - 1) / kWarps;
+    const int w0 = min(warp * per, words), w1 = min(w0 + per, words);
     int mine = 0;
-    for (int w = w0; w < w1; ++w) mine += __popc(bits[w]);
+    for (int w = w0 + lane; w < w1; w += 32) mine += __popc(bits[w]);
     int total = 0;
-    int at = BlockScan(scratch + kScratchScan).exclusive_sum(mine, total);
-    for (int w = w0; w < w1; ++w)
-      for (std::uint32_t b = bits[w]; b != 0; b &= b - 1) out[at++] = 32 * w + __ffs(b) - 1;
+    // Thread order is warp-major, so lane 0's exclusive sum is the warp's first output.
+    int at =
+        __shfl_sync(0xffffffffu, BlockScan(scratch + kScratchScan).exclusive_sum(mine, total), 0);
+    for (int base = w0; base < w1; base += 32) {
+      const int w = base + lane;
+      const std::uint32_t word = w < w1 ? bits[w] : 0u;
+      const int count = __popc(word);
+      const int inclusive = warp_inclusive_sum(count, lane);
+      int o = at + inclusive - count;
+      for (std::uint32_t b = word; b != 0; b &= b - 1) out[o++] = 32 * w + __ffs(b) - 1;
+      at += __shfl_sync(0xffffffffu, inclusive, 31);
+    }
     if (tid == 0) a.selected_count[s] = total;
     return;
   }
@@ -801,11 +873,13 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
   if (ws.tile_blocks % kScanTileBlocksMin != 0)
     throw Error("fathom scan: workspace", "tile of " + std::to_string(ws.tile_blocks) + " blocks",
                 "use plan_scan_workspace()");
+  const MergeSmem merge = plan_merge_smem(args);
   const FinalizeSmem fin = plan_finalize_smem(args);
-  if (fin.total > kFinalizeSharedMax)
+  if (fin.total > kFinalizeSharedMax || merge.total > kFinalizeSharedMax)
     throw Error("fathom scan: top_k",
                 "the final merge of " + std::to_string(args.heads) + " heads x keep " +
-                    std::to_string(args.keep) + " needs " + std::to_string(fin.total / 1024) +
+                    std::to_string(args.keep) + " needs " +
+                    std::to_string(std::max(fin.total, merge.total) / 1024) +
                     " KB of shared memory",
                 "lower top_k");
   const ScanKernel kernel = scan_kernel_for(args, ws.variant, ws.staging.enabled());
@@ -813,6 +887,9 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
                                            static_cast<int>(scan.total)));
   HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
       finalize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fin.total)));
+  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(merge_heads_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(merge.total)));
   dim3 grid(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(args.streams));
   if (ws.staging.enabled()) {
     check_staging(args, ws);
@@ -826,6 +903,13 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
   kernel<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
            stream>>>(args, ws, scan);
   HISPARSE_CUDA_CHECK_LAUNCH();
+  if (ws.chunks > 1) {  // one chunk per stream already holds each head's top `keep`
+    merge_heads_kernel<<<dim3(static_cast<unsigned>(args.heads),
+                              static_cast<unsigned>(args.streams)),
+                         kFinalizeThreads, static_cast<std::size_t>(merge.total), stream>>>(
+        args, ws, merge);
+    HISPARSE_CUDA_CHECK_LAUNCH();
+  }
   finalize_kernel<<<static_cast<unsigned>(args.streams), kFinalizeThreads,
                     static_cast<std::size_t>(fin.total), stream>>>(args, ws, fin);
   HISPARSE_CUDA_CHECK_LAUNCH();

@@ -521,12 +521,12 @@ TEST(FathomGpu, ScanSelectMatchesTwinManyChunksPerStream) {
   run_scan_case(twice);
 }
 
-// Sized for 1.7M tokens, the merge kernel's bitmap of positions no longer fits its shared memory
+// Sized for 1.9M tokens, the merge kernel's bitmap of positions no longer fits its shared memory
 // and it sorts the selection with the bitonic network instead (plan_finalize_smem).
 TEST(FathomGpu, ScanSelectMatchesTwinWithTheBitonicMerge) {
   HISPARSE_REQUIRE_GPU();
   ScanCase c{PlaneLayoutKind::hbm, {20000, 777}, 4, 512, 48, false};
-  c.max_tokens = 1700000;
+  c.max_tokens = 1900000;
   run_scan_case(c);
   c.kind = PlaneLayoutKind::host;
   run_scan_case(c);
