@@ -12,6 +12,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/common/block_scan.cuh"
+#include "kernels/common/shared_layout.hpp"
 #include "kernels/fathom/depth_plan_warp.cuh"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
@@ -19,10 +20,6 @@
 
 namespace hisparse::kernels::fathom {
 namespace {
-
-std::int64_t align16(std::int64_t x) {
-  return (x + 15) / 16 * 16;
-}
 
 // Shared scratch (ScanSharedPlan::scratch, FinalizeSmem::scratch: 128 ints) of the selection
 // helpers: ints [0, 2) compact_top's digit search, [2, 4) its prefix, [4, 6) the merge kernel's
@@ -604,17 +601,12 @@ struct MergeSmem {
 MergeSmem plan_merge_smem(const PlaneScanArgs& a) {
   MergeSmem m;
   m.cap = a.keep + std::max(a.keep, 4 * kFinalizeThreads);
-  std::int64_t off = 0;
-  auto take = [&](std::int64_t bytes) {
-    const std::int64_t at = off;
-    off = align16(off + bytes);
-    return at;
-  };
-  m.buf = take(static_cast<std::int64_t>(m.cap) * 8);
-  m.counts = take(16);
-  m.hist = take(256 * 4);
-  m.scratch = take(64 * 8);
-  m.total = off;
+  SharedLayout layout;
+  m.buf = layout.take(static_cast<std::int64_t>(m.cap) * 8);
+  m.counts = layout.take(16);
+  m.hist = layout.take(256 * 4);
+  m.scratch = layout.take(64 * 8);
+  m.total = layout.size();
   return m;
 }
 
@@ -685,24 +677,19 @@ struct FinalizeSmem {
 
 FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
   FinalizeSmem m;
-  std::int64_t off = 0;
-  auto take = [&](std::int64_t bytes) {
-    const std::int64_t at = off;
-    off = align16(off + bytes);
-    return at;
-  };
-  m.scratch = take(64 * 8);
+  SharedLayout layout;
+  m.scratch = layout.take(64 * 8);
   const std::int64_t words = (a.max_tokens + 31) / 32;
-  if (a.max_tokens > 0 && off + align16(words * 4) <= kFinalizeSharedMax) {
+  if (a.max_tokens > 0 && layout.size() + align16(words * 4) <= kFinalizeSharedMax) {
     m.bitmap_words = words;
-    m.positions = take(words * 4);
+    m.positions = layout.take(words * 4);
   } else {
     int p = 1;
     while (p < a.max_selected()) p <<= 1;
     m.sort_size = p;
-    m.positions = take(static_cast<std::int64_t>(p) * 4);
+    m.positions = layout.take(static_cast<std::int64_t>(p) * 4);
   }
-  m.total = off;
+  m.total = layout.size();
   return m;
 }
 

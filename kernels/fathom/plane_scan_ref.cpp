@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "kernels/common/shared_layout.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_stage.hpp"
 
@@ -161,12 +162,6 @@ void plane_scan_select_ref(const PlaneScanArgs& planned_args) {
   }
 }
 
-namespace {
-std::int64_t align16(std::int64_t x) {
-  return (x + 15) / 16 * 16;
-}
-}  // namespace
-
 void check_scan_variant(int variant, const char* where) {
   if (variant < 0 || variant >= kScanVariantCount)
     throw Error(
@@ -186,12 +181,8 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   m.slots_pad = (std::min(d, m.units_cap) + 15) / 16 * 16;
   m.heads_pad = (args.heads + 1) / 2 * 2;
   m.tile_blocks = tile_blocks;
-  std::int64_t off = 0;
-  auto take = [&](std::int64_t bytes) {
-    const std::int64_t at = off;
-    off = align16(off + bytes);
-    return at;
-  };
+  SharedLayout layout;
+  const auto take = [&](std::int64_t bytes) { return layout.take(bytes); };
   const std::int64_t tb = tile_blocks, hp = m.heads_pad, sp = m.slots_pad;
   m.words_stage = align16(m.units_cap * tb * 8);
   m.scales_stage = align16(sp * tb * 2);
@@ -222,7 +213,7 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   // Candidate buffers: keep + slack entries per head; a round appends at most one round of
   // tokens, and the slack (2 to 8 rounds) sets how often a buffer is compacted.
   const auto slack_within = [&](std::int64_t bytes) {
-    const std::int64_t per_head = (bytes - off) / (8 * std::max(1, args.heads));
+    const std::int64_t per_head = (bytes - layout.size()) / (8 * std::max(1, args.heads));
     return std::min<std::int64_t>(per_head - args.keep,
                                   static_cast<std::int64_t>(kScanSlackRoundsMax) * round_tokens);
   };
@@ -230,18 +221,18 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   std::int64_t slack = slack_within(v.shared_target);
   if (slack < slack_min && slack_within(kScanSharedBudget) >= slack_min) slack = slack_min;
   if (slack < slack_min)
-    throw Error(
-        "fathom scan: top_k",
-        fmt::format(
-            "{} query heads x keep {} need {} KB of shared memory for the fused "
-            "selection at plane budget {}, more than {} KB",
-            args.heads, args.keep,
-            (off + 8 * static_cast<std::int64_t>(args.heads) * (args.keep + slack_min)) / 1024,
-            budget, kScanSharedBudget / 1024),
-        "lower top_k or the plane budget");
+    throw Error("fathom scan: top_k",
+                fmt::format("{} query heads x keep {} need {} KB of shared memory for the fused "
+                            "selection at plane budget {}, more than {} KB",
+                            args.heads, args.keep,
+                            (layout.size() +
+                             8 * static_cast<std::int64_t>(args.heads) * (args.keep + slack_min)) /
+                                1024,
+                            budget, kScanSharedBudget / 1024),
+                "lower top_k or the plane budget");
   m.cap = static_cast<int>(args.keep + slack);
   m.buf = take(static_cast<std::int64_t>(args.heads) * m.cap * 8);
-  m.total = off;
+  m.total = layout.size();
   return m;
 }
 
