@@ -33,13 +33,17 @@ FUSED = ("#4 planner fused into the scan (fused - given, 128K batch 8)",
          "fathom_scan_plan/given/hbm/budget:48/context:131072/batch:8/", 5)
 
 
-def load(paths):
+def load(paths, sources):
+    """Every case that ran, by name; `sources` gets one provenance line per file."""
     runs = {}
     for path in paths:
         with open(path) as f:
-            for b in json.load(f).get("benchmarks", []):
-                if "error_occurred" in b and b["error_occurred"]:
-                    continue
+            data = json.load(f)
+        c = data.get("context", {})
+        sources.append(f"{path}: {c.get('hisparse_device', 'device not recorded')}, "
+                       f"git {c.get('hisparse_git_revision', 'unknown')[:12]}, {c.get('date', '')}")
+        for b in data.get("benchmarks", []):
+            if not b.get("error_occurred"):
                 runs[b["name"]] = b
     return runs
 
@@ -55,7 +59,11 @@ def main(argv):
     if len(argv) < 2:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    runs = load(argv[1:])
+    sources = []
+    runs = load(argv[1:], sources)
+    for line in sources:
+        print(f"- {line}")
+    print()
     print("| target | figure | bound | met |")
     print("| --- | ---: | ---: | --- |")
     for label, prefix, counter, op, bound in TARGETS:

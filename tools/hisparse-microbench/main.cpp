@@ -5,6 +5,8 @@
 // With --trace=PATH the selected benchmarks run under a CUPTI trace session and PATH receives a
 // Perfetto / Chrome-trace JSON timeline of their kernels, copies and NVTX ranges (keep the filter
 // narrow and HISPARSE_MICROBENCH_ITERS small: every launch becomes a record).
+// The JSON output's context records where the figures come from: the GPU (or that there is none),
+// its driver and runtime, the project version and the git revision (`hisparse_*` keys).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -16,6 +18,8 @@
 #include <optional>
 #include <string_view>
 
+#include "bench/result_set.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "trace/nvtx.hpp"
 #include "trace/trace_file.hpp"
@@ -36,6 +40,28 @@ std::optional<std::filesystem::path> take_trace_flag(int& argc, char** argv) {
   argc = kept;
   return path;
 }
+
+/// Provenance of every figure of the run, as Google Benchmark context (console header and the
+/// "context" object of --benchmark_out JSON; .ci/bench-compare refuses to compare two devices).
+void add_provenance_context() {
+  using namespace hisparse;
+  benchmark::AddCustomContext("hisparse_version", HISPARSE_VERSION);
+  benchmark::AddCustomContext("hisparse_git_revision", git_revision());
+  std::string why;
+  if (!cuda_available(&why)) {
+    benchmark::AddCustomContext("hisparse_backend", "none");
+    benchmark::AddCustomContext("hisparse_device", "none: " + why);
+    return;
+  }
+  const DeviceProperties p = Device::cuda().properties();
+  benchmark::AddCustomContext("hisparse_backend", "cuda");
+  benchmark::AddCustomContext("hisparse_device", p.name);
+  benchmark::AddCustomContext("hisparse_compute_capability",
+                              fmt::format("{}.{}", p.compute_major, p.compute_minor));
+  benchmark::AddCustomContext("hisparse_device_memory_bytes", std::to_string(p.total_memory));
+  benchmark::AddCustomContext("hisparse_cuda_driver", std::to_string(p.driver_version));
+  benchmark::AddCustomContext("hisparse_cuda_runtime", std::to_string(p.runtime_version));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +74,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   try {
+    add_provenance_context();
     std::unique_ptr<trace::TraceFile> trace_file;
     std::unique_ptr<trace::TraceSession> session;
     if (trace_path) {
