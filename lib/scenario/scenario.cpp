@@ -261,6 +261,7 @@ class ScenarioParser {
       if (std::find(s.swept.begin(), s.swept.end(), rule.name) != s.swept.end())
         ordered_swept_.push_back(rule.name);
     s.swept = ordered_swept_;
+    if (root["skip"]) skip(root["skip"], s);
 
     const std::vector<AxisValue> model_values = s.values.at("model");
     for (const auto& m : model_values) s.models.emplace(m.text, load(m));
@@ -316,6 +317,41 @@ class ScenarioParser {
       s.values[axis] = std::move(values);
       s.swept.push_back(axis);
     }
+  }
+
+  // skip: a list of mappings, each from swept axes to one of their listed values.
+  void skip(const YAML::Node& n, Scenario& s) {
+    if (!n.IsSequence())
+      throw Error(r_.where("skip", n), "expected a list of combinations to leave out",
+                  "write e.g. 'skip: [{model: tiny-dsa, mode: fathom}]'");
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node item = n[i];
+      const std::string key = fmt::format("skip[{}]", i);
+      if (!item.IsMap() || item.size() == 0)
+        throw Error(r_.where(key, item), "expected a mapping of swept axes to one value each",
+                    "write e.g. '{model: tiny-dsa, mode: fathom}'");
+      SkipRule rule;
+      rule.where = r_.where(key, item);
+      for (auto it = item.begin(); it != item.end(); ++it) {
+        const std::string axis = it->first.Scalar();
+        const std::string item_key = key + "." + axis;
+        if (std::find(s.swept.begin(), s.swept.end(), axis) == s.swept.end())
+          throw Error(r_.where(item_key, it->second), fmt::format("'{}' is not swept", axis),
+                      s.swept.empty() ? std::string("skip needs a sweep; remove it or add one")
+                                      : fmt::format("name swept axes only ({})", join(s.swept)));
+        const AxisValue v = axis_value(it->second, axis, item_key);
+        std::vector<std::string> listed;
+        for (const auto& value : s.values.at(axis)) listed.push_back(value.text);
+        if (std::find(listed.begin(), listed.end(), v.text) == listed.end())
+          throw Error(v.where, fmt::format("{} '{}' is not in sweep.{}", axis, v.text, axis),
+                      fmt::format("use one of: {}", join(listed)));
+        rule.values.emplace_back(axis, v.text);
+      }
+      s.skip.push_back(std::move(rule));
+    }
+    if (s.point_count() == 0)
+      throw Error(r_.where("skip", n), "every combination of the sweep is skipped",
+                  "remove a skip entry or sweep more values");
   }
 
   WorkloadSpec workload(const YAML::Node& n) {
@@ -405,13 +441,19 @@ int default_top_k(const ModelSpec& m) {
 }
 
 /// Builds every point; with `check`, applies the rules that involve several keys or the model.
-std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
-  std::vector<std::string> axes;
-  for (const auto& rule : axis_rules()) axes.emplace_back(rule.name);
+// Calls f(value) for each combination of the cartesian product that `skip` keeps, in sweep order;
+// value(axis) is the combination's AxisValue of that axis.
+template <class F>
+void for_each_kept_combination(const Scenario& s, F&& f) {
+  const auto& axes = sweep_axis_names();
+  std::size_t total = 1;
+  for (const auto& axis : axes) total *= s.values.at(axis).size();
   std::vector<std::size_t> pick(axes.size(), 0);
-  std::vector<SweepPoint> points;
-  const std::size_t total = s.point_count();
-  points.reserve(total);
+  const auto value = [&](const std::string& axis) -> const AxisValue& {
+    const auto i =
+        static_cast<std::size_t>(std::find(axes.begin(), axes.end(), axis) - axes.begin());
+    return s.values.at(axis)[pick[i]];
+  };
   for (std::size_t n = 0; n < total; ++n) {
     // Mixed-radix counter over the axes, the last axis (concurrency) fastest.
     std::size_t rest = n;
@@ -420,13 +462,20 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
       pick[a] = rest % count;
       rest /= count;
     }
-    auto value = [&](const std::string& axis) -> const AxisValue& {
-      const auto i =
-          static_cast<std::size_t>(std::find(axes.begin(), axes.end(), axis) - axes.begin());
-      return s.values.at(axis)[pick[i]];
-    };
+    const bool skipped = std::any_of(s.skip.begin(), s.skip.end(), [&](const SkipRule& rule) {
+      return std::all_of(rule.values.begin(), rule.values.end(),
+                         [&](const auto& av) { return value(av.first).text == av.second; });
+    });
+    if (!skipped) f(value);
+  }
+}
+
+std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
+  std::vector<SweepPoint> points;
+  points.reserve(s.point_count());
+  for_each_kept_combination(s, [&](const auto& value) {
     SweepPoint p;
-    p.index = n;
+    p.index = points.size();
     for (const auto& axis : s.swept) p.axes.emplace_back(axis, value(axis).text);
     p.model = value("model").text;
     const ModelSpec& model = s.models.at(p.model);
@@ -448,10 +497,17 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
     if (!hot_given) c.hot_buffer = 2 * c.top_k;
     if (check) {
       const std::string mode(name_of(c.mode));
+      const auto swept = [&](const char* axis) {
+        return std::find(s.swept.begin(), s.swept.end(), axis) != s.swept.end();
+      };
       if (is_fathom(c.mode) && model.is_mla())
-        throw Error(value("mode").where,
-                    fmt::format("mode '{}' needs a GQA model, but '{}' uses MLA", mode, p.model),
-                    "use dense, sparse-gpu or hisparse with this model, or a GQA model");
+        throw Error(
+            value("mode").where,
+            fmt::format("mode '{}' needs a GQA model, but '{}' uses MLA", mode, p.model),
+            swept("model") && swept("mode")
+                ? fmt::format("leave the pair out with 'skip: [{{model: {}, mode: {}}}]'", p.model,
+                              mode)
+                : std::string("use dense, sparse-gpu or hisparse with this model, or a GQA model"));
       std::string why;
       if (!mode_supported(model, c.mode, &why))
         throw Error(value("mode").where, why,
@@ -482,7 +538,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
       }
     }
     points.push_back(std::move(p));
-  }
+  });
   return points;
 }
 
@@ -544,9 +600,15 @@ const std::vector<std::string>& mode_names() {
 }
 
 std::size_t Scenario::point_count() const {
-  std::size_t n = 1;
-  for (const auto& [axis, v] : values) n *= v.size();
+  std::size_t n = 0;
+  for_each_kept_combination(*this, [&](const auto&) { ++n; });
   return n;
+}
+
+std::size_t Scenario::skipped_count() const {
+  std::size_t product = 1;
+  for (const auto& [axis, v] : values) product *= v.size();
+  return product - point_count();
 }
 
 std::vector<SweepPoint> Scenario::expand() const {
@@ -576,6 +638,16 @@ nlohmann::json Scenario::to_json() const {
     }
   }
   if (!j.contains("sweep")) j["sweep"] = nlohmann::json::object();
+  if (!skip.empty()) {
+    j["skip"] = nlohmann::json::array();
+    for (const auto& rule : skip) {
+      nlohmann::json entry = nlohmann::json::object();
+      for (const auto& [axis, text] : rule.values)
+        entry[axis] =
+            rule_of(axis).numeric ? nlohmann::json(std::stoll(text)) : nlohmann::json(text);
+      j["skip"].push_back(entry);
+    }
+  }
   j["workload"] = {{"generator", workload.generator},
                    {"seed", workload.seed},
                    {"channel_spread_decades", workload.channel_spread_decades},

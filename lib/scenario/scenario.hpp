@@ -32,6 +32,8 @@
 //     mode: [dense, sparse-gpu]
 //     concurrency: [1, 4]
 //     # also context_length, top_k, hot_buffer, budget_bits, policy
+//   skip:                       # combinations of swept values left out of the product, e.g. a
+//     - {model: tiny-dsa, mode: fathom}  # mode a model cannot run (each value must be swept)
 //   outputs:
 //     dir: results/quick        # [results/<name>]; --out overrides it
 //     formats: [json, csv, md, html]  # any non-empty subset [all four]; html: report.html
@@ -46,7 +48,9 @@
 //
 // A swept axis replaces the scalar key of the same name. Sweep points are ordered with the axes
 // in the fixed order of sweep_axis_names() (model outermost, concurrency innermost), each axis'
-// values in the order written, so a sweep always expands in the same order.
+// values in the order written, so a sweep always expands in the same order. A point whose swept
+// values match every pair of a `skip` entry is left out (the others keep their order and are
+// numbered without gaps); validation checks only the points that remain.
 //
 // `--set key=value` (dotted keys: workload.seed=7, sweep.concurrency=[1,2,4]) replaces any value
 // before validation; the value is parsed as YAML. Every error is one hisparse::Error whose where()
@@ -91,6 +95,13 @@ struct FathomSpec {
   bool centre_keys = false;                         ///< EngineConfig::fathom_centre_keys
 };
 
+/// A combination of swept values that the sweep leaves out (`skip:`): every point whose values
+/// of these axes are these is skipped.
+struct SkipRule {
+  std::vector<std::pair<std::string, std::string>> values;  ///< axis, value as written
+  std::string where;                                        ///< "file:line:column: skip[i]"
+};
+
 /// One point of the sweep: the engine configuration it runs and the axis values that made it.
 struct SweepPoint {
   std::size_t index = 0;
@@ -116,11 +127,15 @@ class Scenario {
   std::map<std::string, std::vector<AxisValue>> values;
   /// Names of the keys that are swept (a subset of sweep_axis_names(), in that order).
   std::vector<std::string> swept;
+  /// Combinations left out of the cartesian product.
+  std::vector<SkipRule> skip;
   /// Loaded models by `model` value as written (loaded during validation).
   std::map<std::string, ModelSpec> models;
 
-  /// Number of sweep points (product of the value counts).
+  /// Number of sweep points: the product of the value counts, less the skipped combinations.
   [[nodiscard]] std::size_t point_count() const;
+  /// Combinations of the product that `skip` leaves out.
+  [[nodiscard]] std::size_t skipped_count() const;
   /// All sweep points in the stable order described above. Needs the models (for top_k defaults).
   [[nodiscard]] std::vector<SweepPoint> expand() const;
   /// The scenario as resolved (after --set and defaults), for the results file.

@@ -72,8 +72,9 @@ TEST(CliValidate, GoodScenariosPassWithPointCounts) {
   const auto r =
       run_bench("validate quick " + std::string(HISPARSE_TEST_FIXTURES) + "/scenarios/tiny.yaml");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("quick.yaml: 8 sweep points over model x mode x concurrency\n"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("quick.yaml: 14 sweep points over model x mode x concurrency (2 skipped)\n"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("tiny.yaml: 2 sweep points over mode\n"), std::string::npos) << r.output;
 }
@@ -100,7 +101,7 @@ TEST(CliValidate, SetOverridesAreValidatedToo) {
       "error: --set sweep.concurrency=[0]: sweep.concurrency: 0 is out of range; use 1 or more\n");
   const auto ok = run_bench("validate quick --set sweep.concurrency=[1,2,4] --set workload.seed=7");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
-  EXPECT_NE(ok.output.find(": 12 sweep points"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find(": 21 sweep points"), std::string::npos) << ok.output;
 }
 
 TEST(CliValidate, JsonReportParses) {
@@ -109,7 +110,8 @@ TEST(CliValidate, JsonReportParses) {
   const auto j = nlohmann::json::parse(r.output);
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j[0]["ok"], true);
-  EXPECT_EQ(j[0]["points"], 8);
+  EXPECT_EQ(j[0]["points"], 14);
+  EXPECT_EQ(j[0]["skipped"], 2);
   EXPECT_EQ(j[1]["ok"], false);
   EXPECT_EQ(j[1]["error"].get<std::string>().find(kBad + "wrong_type.yaml:3:14: concurrency:"), 0u);
 }

@@ -1,6 +1,8 @@
 // Sweep expansion: cartesian product, stable order, counts, resolved defaults.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -137,14 +139,21 @@ TEST(ScenarioSweep, ResolvedJsonListsSweepAndScalars) {
   EXPECT_EQ(j["trace"]["steps"], 3);
 }
 
-TEST(ScenarioSweep, QuickScenarioIsSmallAndCoversBothModels) {
+TEST(ScenarioSweep, QuickScenarioIsSmallAndCoversBothModelsAndBothAnswers) {
   const Scenario s = load_scenario(find_scenario("quick", "test"));
-  EXPECT_EQ(s.point_count(), 8u);
+  EXPECT_EQ(s.point_count(), 14u);
   EXPECT_EQ(s.models.size(), 2u);
+  std::map<std::string, std::set<Mode>> modes;
   for (const auto& p : s.expand()) {
     EXPECT_LE(p.config.context_length, 4096);
-    EXPECT_TRUE(p.config.mode == Mode::dense || p.config.mode == Mode::sparse_gpu);
+    modes[p.model].insert(p.config.mode);
   }
+  // Both models run the baselines and HiSparse; Fathom runs on the GQA model only.
+  const std::set<Mode> both{Mode::dense, Mode::sparse_gpu, Mode::hisparse};
+  EXPECT_EQ(modes["tiny-dsa"], both);
+  std::set<Mode> gqa = both;
+  gqa.insert(Mode::fathom);
+  EXPECT_EQ(modes["tiny-gqa"], gqa);
 }
 
 }  // namespace

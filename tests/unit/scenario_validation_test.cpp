@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "scenario/scenario.hpp"
@@ -226,6 +229,75 @@ TEST(ScenarioValidation, ModeAndModelMismatch) {
   EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisparse\ncontext_length: 1024\ntop_k: "
                      "64\n"),
             "no error");
+}
+
+TEST(ScenarioValidation, SkipLeavesCombinationsOutAndKeepsTheOrder) {
+  const std::string sweep =
+      "name: a\ncontext_length: 1024\ntop_k: 64\nsweep:\n  model: [tiny-dsa, tiny-gqa]\n  mode: "
+      "[dense, fathom]\n  concurrency: [1, 2]\n";
+  // Without the skip, the MLA model cannot run fathom, and the fix names the skip entry.
+  EXPECT_EQ(error_of(sweep),
+            "s.yaml:6:17: sweep.mode: mode 'fathom' needs a GQA model, but 'tiny-dsa' uses MLA; "
+            "leave the pair out with 'skip: [{model: tiny-dsa, mode: fathom}]'");
+  const Scenario s =
+      parse_scenario(sweep + "skip:\n  - {model: tiny-dsa, mode: fathom}\n", "s.yaml");
+  EXPECT_EQ(s.point_count(), 6u);
+  EXPECT_EQ(s.skipped_count(), 2u);
+  const auto points = s.expand();
+  ASSERT_EQ(points.size(), 6u);
+  const std::vector<std::vector<std::string>> want{
+      {"tiny-dsa", "dense", "1"}, {"tiny-dsa", "dense", "2"},  {"tiny-gqa", "dense", "1"},
+      {"tiny-gqa", "dense", "2"}, {"tiny-gqa", "fathom", "1"}, {"tiny-gqa", "fathom", "2"}};
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    EXPECT_EQ(points[i].index, i);
+    ASSERT_EQ(points[i].axes.size(), 3u);
+    for (std::size_t a = 0; a < 3; ++a) EXPECT_EQ(points[i].axes[a].second, want[i][a]) << i;
+  }
+  EXPECT_EQ(s.to_json()["skip"],
+            nlohmann::json::parse(R"([{"model": "tiny-dsa", "mode": "fathom"}])"));
+  // A numeric axis, and one entry naming one axis only.
+  const Scenario one = parse_scenario(sweep +
+                                          "skip: [{model: tiny-dsa, mode: fathom}, "
+                                          "{concurrency: 2}]\n",
+                                      "s.yaml");
+  EXPECT_EQ(one.point_count(), 3u);
+  EXPECT_EQ(one.to_json()["skip"][1]["concurrency"], 2);
+  // --set replaces the list like any key.
+  const Scenario set =
+      parse_scenario(sweep, "s.yaml", {"skip=[{model: tiny-dsa, mode: fathom}, {mode: dense}]"});
+  EXPECT_EQ(set.point_count(), 2u);
+  EXPECT_TRUE(parse_scenario("name: a\nmodel: tiny-gqa\n", "s.yaml").to_json().count("skip") == 0);
+}
+
+TEST(ScenarioValidation, SkipRules) {
+  const std::string sweep =
+      "name: a\nmodel: tiny-gqa\nsweep: {mode: [dense, sparse-gpu], concurrency: [1, 2]}\n";
+  EXPECT_EQ(error_of(sweep + "skip: {mode: dense}\n"),
+            "s.yaml:4:7: skip: expected a list of combinations to leave out; write e.g. 'skip: "
+            "[{model: tiny-dsa, mode: fathom}]'");
+  EXPECT_EQ(error_of(sweep + "skip: [dense]\n"),
+            "s.yaml:4:8: skip[0]: expected a mapping of swept axes to one value each; write e.g. "
+            "'{model: tiny-dsa, mode: fathom}'");
+  EXPECT_EQ(error_of(sweep + "skip: [{}]\n"),
+            "s.yaml:4:8: skip[0]: expected a mapping of swept axes to one value each; write e.g. "
+            "'{model: tiny-dsa, mode: fathom}'");
+  EXPECT_EQ(error_of(sweep + "skip: [{model: tiny-gqa}]\n"),
+            "s.yaml:4:16: skip[0].model: 'model' is not swept; name swept axes only (mode, "
+            "concurrency)");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nskip: [{mode: dense}]\n"),
+            "s.yaml:3:15: skip[0].mode: 'mode' is not swept; skip needs a sweep; remove it or "
+            "add one");
+  EXPECT_EQ(error_of(sweep + "skip: [{mode: hisparse}]\n"),
+            "s.yaml:4:15: skip[0].mode: mode 'hisparse' is not in sweep.mode; use one of: dense, "
+            "sparse-gpu");
+  EXPECT_EQ(error_of(sweep + "skip: [{mode: dens}]\n"),
+            "s.yaml:4:15: skip[0].mode: unknown value 'dens'; did you mean 'dense'?");
+  EXPECT_EQ(error_of(sweep + "skip: [{concurrency: 3}]\n"),
+            "s.yaml:4:22: skip[0].concurrency: concurrency '3' is not in sweep.concurrency; use "
+            "one of: 1, 2");
+  EXPECT_EQ(error_of(sweep + "skip: [{mode: dense}, {mode: sparse-gpu}]\n"),
+            "s.yaml:4:7: skip: every combination of the sweep is skipped; remove a skip entry or "
+            "sweep more values");
 }
 
 TEST(ScenarioValidation, BudgetBitsUpToFourBitsPerChannel) {

@@ -293,11 +293,13 @@ int validate_command(const std::vector<std::string>& scenarios, const CommonOpti
       entry["ok"] = true;
       entry["name"] = s.name;
       entry["points"] = s.point_count();
+      entry["skipped"] = s.skipped_count();
       entry["axes"] = s.swept;
       if (!o.json && !o.quiet)
-        fmt::print("ok: {}: {} sweep point{}{}\n", path.string(), s.point_count(),
+        fmt::print("ok: {}: {} sweep point{}{}{}\n", path.string(), s.point_count(),
                    s.point_count() == 1 ? "" : "s",
-                   s.swept.empty() ? "" : fmt::format(" over {}", fmt::join(s.swept, " x ")));
+                   s.swept.empty() ? "" : fmt::format(" over {}", fmt::join(s.swept, " x ")),
+                   s.skip.empty() ? "" : fmt::format(" ({} skipped)", s.skipped_count()));
     } catch (const Error& e) {
       status = exit_code::bad_input;
       entry["ok"] = false;
