@@ -381,4 +381,55 @@ double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error, b
   return std::exp(b0 + t * (b1 - b0));
 }
 
+std::optional<double> per_head_allocation_bits(const std::vector<std::vector<QualityRow>>& per_head,
+                                               double error, PlanRule rule, bool klt) {
+  struct Point {
+    double bits, error;
+  };
+  if (per_head.empty()) return std::nullopt;
+  const auto heads = static_cast<double>(per_head.size());
+  double bits = 0, err = 0;     // every head at its smallest budget
+  std::vector<Point> segments;  // one head's step along its hull: (more bits, less error)
+  for (const auto& rows : per_head) {
+    std::vector<Point> p;
+    for (const auto& r : rows)
+      if (r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt)
+        p.push_back({r.bits_per_token, r.attention_error});
+    if (p.empty()) return std::nullopt;
+    std::sort(p.begin(), p.end(), [](const Point& a, const Point& b) {
+      return a.bits < b.bits || (a.bits == b.bits && a.error < b.error);
+    });
+    // Lower convex hull (monotone chain), then only its part where the error still falls.
+    std::vector<Point> hull;
+    for (const Point& q : p) {
+      if (!hull.empty() && hull.back().bits == q.bits) continue;  // the lower error came first
+      while (hull.size() >= 2) {
+        const Point& o = hull[hull.size() - 2];
+        const Point& a = hull.back();
+        if ((a.bits - o.bits) * (q.error - o.error) - (a.error - o.error) * (q.bits - o.bits) > 0)
+          break;
+        hull.pop_back();
+      }
+      hull.push_back(q);
+    }
+    bits += hull.front().bits / heads;
+    err += hull.front().error / heads;
+    for (std::size_t i = 1; i < hull.size() && hull[i].error < hull[i - 1].error; ++i)
+      segments.push_back({hull[i].bits - hull[i - 1].bits, hull[i].error - hull[i - 1].error});
+  }
+  if (err <= error) return bits;
+  // Steepest error reduction per bit first; a head's own segments come in hull order, since its
+  // slopes flatten along the hull (stable for equal slopes).
+  std::stable_sort(segments.begin(), segments.end(), [](const Point& a, const Point& b) {
+    return a.error / a.bits < b.error / b.bits;
+  });
+  for (const Point& g : segments) {
+    const double next = err + g.error / heads;
+    if (next <= error) return bits + (err - error) / (err - next) * g.bits / heads;
+    bits += g.bits / heads;
+    err = next;
+  }
+  return std::nullopt;
+}
+
 }  // namespace hisparse::fathom

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,5 +97,17 @@ struct QualityResult {
 /// largest when the largest does not, 0 when there is no Fathom row.
 [[nodiscard]] double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error,
                                           bool klt = false);
+
+/// Mean bits per token at which the KV heads reach the mean attention error `error` when each head
+/// may take its own budget: the best split of a mean budget over the heads, chosen knowing every
+/// head's error curve (the Fathom rows of `rule` and basis in per_head[h], one entry per head).
+/// Each head's (bits, error) points are replaced by their lower convex hull (a head may mix two
+/// budgets), and hull segments are taken steepest first, which is the Lagrangian optimum of the
+/// relaxation. An upper bound on what any cross-head allocation could gain over equal budgets, not
+/// a planner: a real one would have to predict the curves. nullopt when a head has no such row or
+/// the largest budgets do not reach `error`; the least mean bits when the smallest already do.
+[[nodiscard]] std::optional<double> per_head_allocation_bits(
+    const std::vector<std::vector<QualityRow>>& per_head, double error, PlanRule rule,
+    bool klt = false);
 
 }  // namespace hisparse::fathom

@@ -141,6 +141,43 @@ TEST(CliCommands, QualityStudyJsonHasEveryMethodAndBothRules) {
   }
 }
 
+// --allocation-bound: the bits with a budget per KV head. Every head at one grid budget is one
+// of the splits it considers, so it never needs more than the first Fathom row whose mean error
+// reaches the 32-channel scan's.
+TEST(CliCommands, QualityStudyBoundsASplitOfTheBitsOverTheHeads) {
+  const std::string args =
+      "quality --kv-heads 4 --tokens 2048 --top-k 128 --budgets 16,32,64,128 --seed 3";
+  const auto r = run_bench(args + " --allocation-bound --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  double fixed_error = 0;
+  for (const auto& row : j["rows"])
+    if (row["method"] == "fixed-32ch") fixed_error = row["attention_rel_error"].get<double>();
+  for (const auto& [rule, prefix] :
+       {std::pair<std::string, std::string>{"paper", "fathom-"}, {"measured", "fathom-m-"}}) {
+    const auto& bound = j["bits_at_fixed32_error_per_head_budgets"][rule];
+    ASSERT_TRUE(bound.is_number()) << rule << ": " << r.output;
+    double first_reaching = 1e9;
+    for (const auto& row : j["rows"]) {
+      const std::string name = row["method"];
+      const bool own = name.rfind(prefix, 0) == 0 && (rule == "measured" || name[7] != 'm');
+      if (own && row["attention_rel_error"].get<double>() <= fixed_error)
+        first_reaching = std::min(first_reaching, row["bits_per_token"].get<double>());
+    }
+    EXPECT_LE(bound.get<double>(), first_reaching + 1e-9) << rule;
+    EXPECT_GT(bound.get<double>(), 0.0) << rule;
+  }
+  const auto text = run_bench(args + " --rule measured --allocation-bound");
+  EXPECT_NE(text.output.find("if each KV head took its own budget"), std::string::npos)
+      << text.output;
+  // Both group the heads differently: one at a time.
+  const auto both =
+      run_bench("quality --replay /nonexistent --model qwen3-8b --by-layer --allocation-bound");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_EQ(both.output,
+            "error: --by-layer excludes --allocation-bound; run 'hisparse-bench --help'\n");
+}
+
 // With --klt each rule also gets its figure in the KLT basis, against the KLT 32-channel scan; on
 // keys without QK-norm (correlated channels, flat variances) the rotation is what makes Fathom pay.
 TEST(CliCommands, QualityStudyReportsTheKltBasisToo) {

@@ -517,5 +517,41 @@ TEST(FathomQuality, CentredKeysLowerTheBitsAtTheFixedScansError) {
   EXPECT_LT(bits[1], 0.6 * 136.0);
 }
 
+// Worked by hand. Head A: (10, 0.50), (20, 0.10), (30, 0.09), convex. Head B: (10, 0.20),
+// (20, 0.19), (30, 0.05): (20, 0.19) lies above the line from (10, 0.20) to (30, 0.05) and leaves
+// the hull. From 10 bits and mean error 0.35, the segments in order: A +10 bits -0.40, B +20 bits
+// -0.15, A +10 bits -0.01 (each changes the mean by half).
+TEST(FathomQuality, PerHeadAllocationTakesTheSteepestHullSegmentsFirst) {
+  const auto row = [](double bits, double error, PlanRule rule = PlanRule::measured) {
+    QualityRow r;
+    r.method.method = ScanMethod::fathom;
+    r.method.rule = rule;
+    r.bits_per_token = bits;
+    r.attention_error = error;
+    return r;
+  };
+  QualityRow fixed;
+  fixed.method.method = ScanMethod::fixed_channels;
+  fixed.bits_per_token = 1.0;
+  fixed.attention_error = 0.0;
+  const std::vector<std::vector<QualityRow>> heads{
+      {row(30, 0.09), row(10, 0.50), row(20, 0.10), fixed, row(5, 0.0, PlanRule::paper)},
+      {row(10, 0.20), row(20, 0.19), row(30, 0.05)}};
+  const auto at = [&](double error) {
+    return per_head_allocation_bits(heads, error, PlanRule::measured);
+  };
+  EXPECT_DOUBLE_EQ(*at(0.5), 10.0);                           // already there at the smallest
+  EXPECT_DOUBLE_EQ(*at(0.15), 15.0);                          // A's first segment exactly
+  EXPECT_NEAR(*at(0.10), 15.0 + 10.0 * 0.05 / 0.075, 1e-12);  // two thirds of B's segment
+  EXPECT_NEAR(*at(0.145), 15.0 + 10.0 * 0.005 / 0.075, 1e-12);
+  // Equal budgets reach 0.145 only at 20 bits each.
+  EXPECT_LT(*at(0.145), 20.0);
+  EXPECT_FALSE(at(0.06).has_value());  // 0.07 at 30 bits each is the floor
+  // Only the rows of the asked rule and basis count, and every head needs some.
+  EXPECT_FALSE(per_head_allocation_bits(heads, 1.0, PlanRule::paper).has_value());
+  EXPECT_FALSE(per_head_allocation_bits(heads, 1.0, PlanRule::measured, true).has_value());
+  EXPECT_FALSE(per_head_allocation_bits({}, 1.0, PlanRule::measured).has_value());
+}
+
 }  // namespace
 }  // namespace hisparse::fathom

@@ -47,6 +47,9 @@ struct QualityOptions {
   int calibration_steps = -1;  ///< captured steps held out for calibration; -1: half
   int threads = 0;             ///< KV heads studied at once; 0: every hardware thread
   bool by_layer = false;       ///< with `replay`: the bits needed per captured layer too
+  /// Also the bits at the fixed scan's error if each KV head took its own budget (the best split
+  /// of the same mean bits, knowing every head's error curve: per_head_allocation_bits).
+  bool allocation_bound = false;
 };
 
 /// Tracing flags of `run` and `trace`.

@@ -233,6 +233,12 @@ int run_cli(int argc, char** argv) {
       "--by-layer", quality_opts.by_layer,
       "With --replay: also the bits each rule needs per captured layer, over its KV heads alone");
   by_layer->needs(replay);
+  quality
+      ->add_flag("--allocation-bound", quality_opts.allocation_bound,
+                 "Also the bits Fathom would need if each KV head took its own budget: the best "
+                 "split of the same mean bits over the heads, chosen knowing every head's error "
+                 "curve (an upper bound on what a cross-head allocation could gain)")
+      ->excludes(by_layer);
   replay->needs(model)->excludes(profile)->excludes(kv_heads)->excludes(seed);
   model->needs(replay);
   layers->needs(replay);

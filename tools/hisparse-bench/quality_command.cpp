@@ -1,5 +1,6 @@
 // `hisparse-bench quality`: the Fathom quality study on synthetic keys or a replayed capture, as a
-// table, the bits each rule needs at the 32-channel scan's error, and (--by-layer) those per layer.
+// table, the bits each rule needs at the 32-channel scan's error, and (--by-layer) those per layer
+// or (--allocation-bound) those with a budget per KV head.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -97,8 +98,9 @@ QualitySetup quality_setup(const QualityOptions& q) {
 /// The bits one rule's Fathom rows need at the 32-channel scan's error, in one basis. Not reached
 /// when no budget given gets down to that error (then null, and the text says so).
 struct Needed {
-  std::string key;          ///< JSON key: "paper", "measured", "paper_klt", ...
-  std::string label;        ///< "paper rule", "measured rule, KLT basis"
+  std::string key;    ///< JSON key: "paper", "measured", "paper_klt", ...
+  std::string label;  ///< "paper rule", "measured rule, KLT basis"
+  PlanRule rule;
   const QualityRow* fixed;  ///< the 32-channel scan of the same basis
   std::optional<double> bits;
 };
@@ -122,7 +124,7 @@ std::vector<Needed> bits_needed(const std::vector<QualityRow>& rows,
       });
       Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
                fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
-               &*fixed, std::nullopt};
+               rule, &*fixed, std::nullopt};
       if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
       needed.push_back(std::move(n));
     }
@@ -226,11 +228,21 @@ void print_layers(const ReplayStudySource& replay,
 int quality_command(const QualityOptions& q, const CommonOptions& o) {
   const QualitySetup s = quality_setup(q);
   const auto stats = fathom::attention_stats(s.config);
-  const auto study = fathom::quality_study_grouped(s.config, q.by_layer ? s.replay->kv_heads() : 0);
+  // Groups: each captured layer's KV heads (--by-layer), or each KV head (--allocation-bound).
+  const int group_heads = q.by_layer ? s.replay->kv_heads() : q.allocation_bound ? 1 : 0;
+  const auto study = fathom::quality_study_grouped(s.config, group_heads);
   const std::vector<Needed> needed = bits_needed(study.rows, s.rules, q.klt);
   std::vector<std::vector<Needed>> layer_needs;
-  for (const auto& layer_rows : study.groups)
-    layer_needs.push_back(bits_needed(layer_rows, s.rules, q.klt));
+  if (q.by_layer)
+    for (const auto& layer_rows : study.groups)
+      layer_needs.push_back(bits_needed(layer_rows, s.rules, q.klt));
+  std::vector<Needed> bounds;  // --allocation-bound: the same rules and bases, heads split
+  if (q.allocation_bound)
+    for (Needed n : needed) {
+      n.bits = fathom::per_head_allocation_bits(study.groups, n.fixed->attention_error, n.rule,
+                                                n.fixed->method.klt);
+      bounds.push_back(std::move(n));
+    }
 
   if (o.json) {
     nlohmann::json j{{"backend", "cpu"},
@@ -251,6 +263,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
                            {"active_channels", r.active_channels},
                            {"recall", r.recall},
                            {"attention_rel_error", r.attention_error}});
+    if (q.allocation_bound) j["bits_at_fixed32_error_per_head_budgets"] = bits_json(bounds);
     for (std::size_t g = 0; g < layer_needs.size(); ++g)
       j["layers"].push_back({{"layer", s.replay->layers()[g]},
                              {"fixed32_error", layer_needs[g].front().fixed->attention_error},
@@ -261,6 +274,12 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   print_header(q, s, stats);
   fmt::print("{}\n", fathom::format_quality_table(study.rows));
   print_needed(needed);
+  if (!bounds.empty()) {
+    fmt::print(
+        "\nif each KV head took its own budget (the best split of the same mean bits, chosen "
+        "knowing every head's error curve: a bound on cross-head allocation, not a planner):\n");
+    print_needed(bounds);
+  }
   if (!layer_needs.empty()) print_layers(*s.replay, layer_needs);
   return exit_code::ok;
 }
