@@ -331,7 +331,6 @@ class ScenarioParser {
         throw Error(r_.where(key, item), "expected a mapping of swept axes to one value each",
                     "write e.g. '{model: tiny-dsa, mode: fathom}'");
       SkipRule rule;
-      rule.where = r_.where(key, item);
       for (auto it = item.begin(); it != item.end(); ++it) {
         const std::string axis = it->first.Scalar();
         const std::string item_key = key + "." + axis;
@@ -440,7 +439,6 @@ int default_top_k(const ModelSpec& m) {
   return m.has_indexer() && m.indexer.top_k > 0 ? m.indexer.top_k : 2048;
 }
 
-/// Builds every point; with `check`, applies the rules that involve several keys or the model.
 // Calls f(value) for each combination of the cartesian product that `skip` keeps, in sweep order;
 // value(axis) is the combination's AxisValue of that axis.
 template <class F>
@@ -470,6 +468,7 @@ void for_each_kept_combination(const Scenario& s, F&& f) {
   }
 }
 
+/// Builds every point; with `check`, applies the rules that involve several keys or the model.
 std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
   std::vector<SweepPoint> points;
   points.reserve(s.point_count());

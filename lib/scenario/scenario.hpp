@@ -99,7 +99,6 @@ struct FathomSpec {
 /// of these axes are these is skipped.
 struct SkipRule {
   std::vector<std::pair<std::string, std::string>> values;  ///< axis, value as written
-  std::string where;                                        ///< "file:line:column: skip[i]"
 };
 
 /// One point of the sweep: the engine configuration it runs and the axis values that made it.

@@ -105,6 +105,16 @@ TEST(CliMicrobench, BenchCompareGatesOneDeviceAndRefusesTwo) {
   r = bench_compare(base, other, " --allow-different-devices");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("| +20.0% | 0.0% | slower |"), std::string::npos) << r.output;
+
+  // A file from a build older than the provenance context names no device: compared with any.
+  nlohmann::json old = read_json(same);
+  old.erase("context");
+  const fs::path unnamed = dir.path / "old.json";
+  std::ofstream(unnamed) << old.dump();
+  r = bench_compare(unnamed, other, "");
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // compared: 101 -> 120 us is slower
+  EXPECT_NE(r.output.find("| +18.8% | 0.0% | slower |"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(device not recorded, git unknown)"), std::string::npos) << r.output;
 }
 
 }  // namespace
