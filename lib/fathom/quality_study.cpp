@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
 #include "core/metrics.hpp"
 #include "fathom/key_centre.hpp"
 #include "fathom/klt.hpp"
@@ -91,6 +92,19 @@ StudyHead study_head(const QualityConfig& config, int kvh) {
     SyntheticKeySpec spec = config.workload;
     spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
     h.data = make_synthetic_keys(spec);
+  }
+  if (const int steps = config.score_calibration_steps; steps > 0) {
+    // Score the last `steps` held-out calibration queries instead of the test queries.
+    const auto per_step = static_cast<std::size_t>(h.data.spec.heads) * h.data.spec.channels;
+    const std::size_t held = h.data.calibration_queries.size() / per_step;
+    if (static_cast<std::size_t>(steps) > held)
+      throw Error("quality study: calibration steps",
+                  fmt::format("{} calibration query steps asked for, {} are held out", steps, held),
+                  fmt::format("use at most {}", held));
+    h.data.queries.assign(
+        h.data.calibration_queries.end() - static_cast<std::ptrdiff_t>(steps * per_step),
+        h.data.calibration_queries.end());
+    h.data.spec.steps = steps;
   }
   h.spec = h.data.spec;
   h.d = h.spec.channels;
@@ -381,55 +395,97 @@ double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error, b
   return std::exp(b0 + t * (b1 - b0));
 }
 
-std::optional<double> per_head_allocation_bits(const std::vector<std::vector<QualityRow>>& per_head,
-                                               double error, PlanRule rule, bool klt) {
+std::optional<double> per_head_allocation_bits(
+    const std::vector<std::vector<QualityRow>>& choose_on,
+    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule, bool klt) {
   struct Point {
     double bits, error;
   };
-  if (per_head.empty()) return std::nullopt;
-  const auto heads = static_cast<double>(per_head.size());
-  double bits = 0, err = 0;     // every head at its smallest budget
-  std::vector<Point> segments;  // one head's step along its hull: (more bits, less error)
-  for (const auto& rows : per_head) {
-    std::vector<Point> p;
-    for (const auto& r : rows)
-      if (r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt)
-        p.push_back({r.bits_per_token, r.attention_error});
+  // One head's points by budget: where it is chosen and where it is scored.
+  struct Budget {
+    int budget;
+    Point chosen, scored;
+  };
+  if (choose_on.empty() || choose_on.size() != score_on.size()) return std::nullopt;
+  const auto heads = static_cast<double>(choose_on.size());
+  const auto own = [&](const QualityRow& r) {
+    return r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt;
+  };
+  Point at{0, 0};  // the scored mean of the current split: every head at its smallest budget
+  struct Step {
+    Point chosen, scored;  // one head's move to its next hull point
+  };
+  std::vector<Step> steps;
+  for (std::size_t h = 0; h < choose_on.size(); ++h) {
+    std::vector<Budget> p;
+    for (const auto& r : choose_on[h]) {
+      if (!own(r)) continue;
+      const auto s = std::find_if(score_on[h].begin(), score_on[h].end(), [&](const QualityRow& x) {
+        return own(x) && x.method.budget == r.method.budget;
+      });
+      if (s == score_on[h].end()) return std::nullopt;
+      p.push_back({r.method.budget,
+                   {r.bits_per_token, r.attention_error},
+                   {s->bits_per_token, s->attention_error}});
+    }
     if (p.empty()) return std::nullopt;
-    std::sort(p.begin(), p.end(), [](const Point& a, const Point& b) {
-      return a.bits < b.bits || (a.bits == b.bits && a.error < b.error);
+    std::sort(p.begin(), p.end(), [](const Budget& a, const Budget& b) {
+      return a.chosen.bits < b.chosen.bits ||
+             (a.chosen.bits == b.chosen.bits && a.chosen.error < b.chosen.error);
     });
-    // Lower convex hull (monotone chain), then only its part where the error still falls.
-    std::vector<Point> hull;
-    for (const Point& q : p) {
-      if (!hull.empty() && hull.back().bits == q.bits) continue;  // the lower error came first
+    // Lower convex hull of the chosen points (monotone chain), then only its part where their
+    // error still falls.
+    std::vector<Budget> hull;
+    for (const Budget& q : p) {
+      if (!hull.empty() && hull.back().chosen.bits == q.chosen.bits) continue;  // lower came first
       while (hull.size() >= 2) {
-        const Point& o = hull[hull.size() - 2];
-        const Point& a = hull.back();
-        if ((a.bits - o.bits) * (q.error - o.error) - (a.error - o.error) * (q.bits - o.bits) > 0)
+        const Point& o = hull[hull.size() - 2].chosen;
+        const Point& a = hull.back().chosen;
+        if ((a.bits - o.bits) * (q.chosen.error - o.error) -
+                (a.error - o.error) * (q.chosen.bits - o.bits) >
+            0)
           break;
         hull.pop_back();
       }
       hull.push_back(q);
     }
-    bits += hull.front().bits / heads;
-    err += hull.front().error / heads;
-    for (std::size_t i = 1; i < hull.size() && hull[i].error < hull[i - 1].error; ++i)
-      segments.push_back({hull[i].bits - hull[i - 1].bits, hull[i].error - hull[i - 1].error});
+    at.bits += hull.front().scored.bits / heads;
+    at.error += hull.front().scored.error / heads;
+    for (std::size_t i = 1; i < hull.size() && hull[i].chosen.error < hull[i - 1].chosen.error; ++i)
+      steps.push_back({{hull[i].chosen.bits - hull[i - 1].chosen.bits,
+                        hull[i].chosen.error - hull[i - 1].chosen.error},
+                       {(hull[i].scored.bits - hull[i - 1].scored.bits) / heads,
+                        (hull[i].scored.error - hull[i - 1].scored.error) / heads}});
   }
-  if (err <= error) return bits;
-  // Steepest error reduction per bit first; a head's own segments come in hull order, since its
-  // slopes flatten along the hull (stable for equal slopes).
-  std::stable_sort(segments.begin(), segments.end(), [](const Point& a, const Point& b) {
-    return a.error / a.bits < b.error / b.bits;
+  // Steepest chosen error reduction per bit first; a head's own steps come in hull order, since
+  // its slopes flatten along the hull (stable for equal slopes). The splits along this path are
+  // the Lagrangian optima of the chosen curves; each is scored, and the figure is where the scored
+  // error last falls to `error` (linear between two splits, which mixes them).
+  std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) {
+    return a.chosen.error / a.chosen.bits < b.chosen.error / b.chosen.bits;
   });
-  for (const Point& g : segments) {
-    const double next = err + g.error / heads;
-    if (next <= error) return bits + (err - error) / (err - next) * g.bits / heads;
-    bits += g.bits / heads;
-    err = next;
+  std::vector<Point> path{at};
+  for (const Step& g : steps) {
+    at.bits += g.scored.bits;
+    at.error += g.scored.error;
+    path.push_back(at);
   }
-  return std::nullopt;
+  std::size_t last_above = path.size();
+  for (std::size_t i = path.size(); i-- > 0;)
+    if (path[i].error > error) {
+      last_above = i;
+      break;
+    }
+  if (last_above == path.size()) return path.front().bits;
+  if (last_above + 1 == path.size()) return std::nullopt;
+  const Point& a = path[last_above];
+  const Point& b = path[last_above + 1];
+  return a.bits + (a.error - error) / (a.error - b.error) * (b.bits - a.bits);
+}
+
+std::optional<double> per_head_allocation_bits(const std::vector<std::vector<QualityRow>>& per_head,
+                                               double error, PlanRule rule, bool klt) {
+  return per_head_allocation_bits(per_head, per_head, error, rule, klt);
 }
 
 }  // namespace hisparse::fathom

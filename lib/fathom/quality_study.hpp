@@ -41,6 +41,9 @@ struct QualityConfig {
   /// KV heads studied at once (0: every hardware thread). The figures do not depend on it: the
   /// heads' samples are summed in head order.
   int threads = 0;
+  /// When positive, every head is scored on its last N held-out calibration query steps instead
+  /// of its test queries: the curves per_head_allocation_bits chooses per-head budgets on.
+  int score_calibration_steps = 0;
 };
 
 /// What the dense attention of a workload looks like, averaged over KV heads, steps and query
@@ -108,6 +111,17 @@ struct QualityResult {
 /// the largest budgets do not reach `error`; the least mean bits when the smallest already do.
 [[nodiscard]] std::optional<double> per_head_allocation_bits(
     const std::vector<std::vector<QualityRow>>& per_head, double error, PlanRule rule,
+    bool klt = false);
+/// The same split chosen on one set of curves and scored on another: each head's budgets are
+/// picked on `choose_on` (e.g. the study run on held-out calibration queries), and the mean bits
+/// and error of each split are those of the same budgets in `score_on` (the test queries). The
+/// splits are the Lagrangian optima of the chosen curves, in order of falling chosen error; the
+/// figure is where the scored error last falls to `error`, linear between two splits. A
+/// deployable form: fixed per-head budgets calibrated offline. Rows are matched by
+/// MethodSpec::budget; nullopt when the head counts differ or a budget is missing.
+[[nodiscard]] std::optional<double> per_head_allocation_bits(
+    const std::vector<std::vector<QualityRow>>& choose_on,
+    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule,
     bool klt = false);
 
 }  // namespace hisparse::fathom

@@ -170,6 +170,18 @@ TEST(CliCommands, QualityStudyBoundsASplitOfTheBitsOverTheHeads) {
   const auto text = run_bench(args + " --rule measured --allocation-bound");
   EXPECT_NE(text.output.find("if each KV head took its own budget"), std::string::npos)
       << text.output;
+  // Per-head budgets chosen on held-out calibration queries, scored on the test queries.
+  const auto cal = run_bench(args + " --calibrated-budgets 2 --json");
+  ASSERT_EQ(cal.exit_code, 0) << cal.output;
+  const auto c = nlohmann::json::parse(cal.output);
+  EXPECT_EQ(c["workload"]["budget_calibration_steps"], 2);
+  for (const char* rule : {"paper", "measured"})
+    EXPECT_TRUE(c["bits_at_fixed32_error_calibrated_head_budgets"].contains(rule)) << cal.output;
+  const auto too_many = run_bench(args + " --calibrated-budgets 65");
+  EXPECT_EQ(too_many.exit_code, 2) << too_many.output;
+  EXPECT_EQ(too_many.output,
+            "error: quality study: calibration steps: 65 calibration query steps asked for, 64 "
+            "are held out; use at most 64\n");
   // Both group the heads differently: one at a time.
   const auto both =
       run_bench("quality --replay /nonexistent --model qwen3-8b --by-layer --allocation-bound");

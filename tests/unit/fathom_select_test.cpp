@@ -285,6 +285,38 @@ TEST(FathomQuality, ThreadCountDoesNotChangeAFigure) {
             "study head 2: unreadable; fix it");
 }
 
+// score_calibration_steps scores the last N held-out calibration queries: the same study as a
+// source whose test queries are those, bit for bit; asking for more than are held is refused.
+TEST(FathomQuality, StudyCanScoreTheHeldOutCalibrationQueries) {
+  QualityConfig cfg = one_sample_study({ScanMethod::fathom, 48, 0});
+  cfg.methods.push_back({ScanMethod::fixed_channels, 0, 32});
+  QualityConfig on_calibration = cfg;
+  on_calibration.score_calibration_steps = 2;
+  QualityConfig by_hand = cfg;
+  by_hand.source = [&](int kvh) {
+    SyntheticKeySpec spec = cfg.workload;
+    spec.seed += static_cast<std::uint64_t>(kvh) * 1000003ull;
+    SyntheticKeys k = make_synthetic_keys(spec);
+    const auto per_step = static_cast<std::ptrdiff_t>(spec.heads) * spec.channels;
+    k.queries.assign(k.calibration_queries.end() - 2 * per_step, k.calibration_queries.end());
+    k.spec.steps = 2;
+    return k;
+  };
+  const auto got = quality_study(on_calibration), want = quality_study(by_hand);
+  const auto test = quality_study(cfg);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].attention_error, want[i].attention_error) << got[i].name;
+    EXPECT_EQ(got[i].recall, want[i].recall) << got[i].name;
+    EXPECT_EQ(got[i].bits_per_token, want[i].bits_per_token) << got[i].name;
+    EXPECT_NE(got[i].attention_error, test[i].attention_error) << got[i].name;
+  }
+  on_calibration.score_calibration_steps = cfg.workload.calibration_queries + 1;
+  EXPECT_EQ(test::error_message([&] { (void)quality_study(on_calibration); }),
+            "quality study: calibration steps: 65 calibration query steps asked for, 64 are held "
+            "out; use at most 64");
+}
+
 TEST(FathomQuality, StudyScoresWhatTheSelectorShips) {
   // The study's fathom row must be the shipped selector's result (8-bit-weight scores), and with
   // float_scores the REFERENCE.md formula's.
@@ -522,10 +554,13 @@ TEST(FathomQuality, CentredKeysLowerTheBitsAtTheFixedScansError) {
 // the hull. From 10 bits and mean error 0.35, the segments in order: A +10 bits -0.40, B +20 bits
 // -0.15, A +10 bits -0.01 (each changes the mean by half).
 TEST(FathomQuality, PerHeadAllocationTakesTheSteepestHullSegmentsFirst) {
-  const auto row = [](double bits, double error, PlanRule rule = PlanRule::measured) {
+  // A Fathom row; its budget is its bits unless given.
+  const auto row = [](double bits, double error, PlanRule rule = PlanRule::measured,
+                      int budget = 0) {
     QualityRow r;
     r.method.method = ScanMethod::fathom;
     r.method.rule = rule;
+    r.method.budget = budget > 0 ? budget : static_cast<int>(bits);
     r.bits_per_token = bits;
     r.attention_error = error;
     return r;
@@ -551,6 +586,22 @@ TEST(FathomQuality, PerHeadAllocationTakesTheSteepestHullSegmentsFirst) {
   EXPECT_FALSE(per_head_allocation_bits(heads, 1.0, PlanRule::paper).has_value());
   EXPECT_FALSE(per_head_allocation_bits(heads, 1.0, PlanRule::measured, true).has_value());
   EXPECT_FALSE(per_head_allocation_bits({}, 1.0, PlanRule::measured).has_value());
+
+  // Chosen on these curves, scored on others (matched by budget). The path of splits: every head
+  // at 10, then A to 20, B to 30, A to 30; scored means (bits, error): (11, 0.35), (16, 0.25),
+  // (26, 0.11), (31, 0.06).
+  const std::vector<std::vector<QualityRow>> scored{
+      {row(10, 0.40), row(20, 0.20), row(30, 0.10)},
+      {row(12, 0.30, PlanRule::measured, 10), row(22, 0.25, PlanRule::measured, 20),
+       row(32, 0.02, PlanRule::measured, 30)}};
+  const auto chosen_at = [&](double error) {
+    return per_head_allocation_bits(heads, scored, error, PlanRule::measured);
+  };
+  EXPECT_DOUBLE_EQ(*chosen_at(0.5), 11.0);
+  EXPECT_NEAR(*chosen_at(0.30), 11.0 + 5.0 * 0.05 / 0.10, 1e-12);
+  EXPECT_NEAR(*chosen_at(0.11), 16.0 + 10.0 * 0.14 / 0.14, 1e-12);
+  EXPECT_FALSE(chosen_at(0.05).has_value());
+  EXPECT_FALSE(per_head_allocation_bits(heads, {scored[0]}, 0.3, PlanRule::measured).has_value());
 }
 
 }  // namespace

@@ -50,6 +50,9 @@ struct QualityOptions {
   /// Also the bits at the fixed scan's error if each KV head took its own budget (the best split
   /// of the same mean bits, knowing every head's error curve: per_head_allocation_bits).
   bool allocation_bound = false;
+  /// When positive: also the bits with per-KV-head budgets chosen on this many held-out
+  /// calibration query steps and scored on the test queries.
+  int calibrated_budgets = 0;
 };
 
 /// Tracing flags of `run` and `trace`.

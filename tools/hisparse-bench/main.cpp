@@ -239,6 +239,13 @@ int run_cli(int argc, char** argv) {
                  "split of the same mean bits over the heads, chosen knowing every head's error "
                  "curve (an upper bound on what a cross-head allocation could gain)")
       ->excludes(by_layer);
+  quality
+      ->add_option("--calibrated-budgets", quality_opts.calibrated_budgets,
+                   "Also the bits with a budget per KV head chosen on this many held-out "
+                   "calibration query steps (the study run on them) and scored on the test "
+                   "queries: fixed per-head budgets calibrated offline")
+      ->check(CLI::Range(1, 4096))
+      ->excludes(by_layer);
   replay->needs(model)->excludes(profile)->excludes(kv_heads)->excludes(seed);
   model->needs(replay);
   layers->needs(replay);

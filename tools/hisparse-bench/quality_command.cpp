@@ -1,6 +1,7 @@
 // `hisparse-bench quality`: the Fathom quality study on synthetic keys or a replayed capture, as a
 // table, the bits each rule needs at the 32-channel scan's error, and (--by-layer) those per layer
-// or (--allocation-bound) those with a budget per KV head.
+// or those with a budget per KV head (--allocation-bound: the bound; --calibrated-budgets: budgets
+// chosen on held-out calibration queries).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -228,8 +229,10 @@ void print_layers(const ReplayStudySource& replay,
 int quality_command(const QualityOptions& q, const CommonOptions& o) {
   const QualitySetup s = quality_setup(q);
   const auto stats = fathom::attention_stats(s.config);
-  // Groups: each captured layer's KV heads (--by-layer), or each KV head (--allocation-bound).
-  const int group_heads = q.by_layer ? s.replay->kv_heads() : q.allocation_bound ? 1 : 0;
+  // Groups: each captured layer's KV heads (--by-layer), or each KV head (--allocation-bound,
+  // --calibrated-budgets).
+  const bool per_head = q.allocation_bound || q.calibrated_budgets > 0;
+  const int group_heads = q.by_layer ? s.replay->kv_heads() : per_head ? 1 : 0;
   const auto study = fathom::quality_study_grouped(s.config, group_heads);
   const std::vector<Needed> needed = bits_needed(study.rows, s.rules, q.klt);
   std::vector<std::vector<Needed>> layer_needs;
@@ -243,6 +246,17 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
                                                 n.fixed->method.klt);
       bounds.push_back(std::move(n));
     }
+  std::vector<Needed> calibrated;  // --calibrated-budgets: split on calibration queries
+  if (q.calibrated_budgets > 0) {
+    fathom::QualityConfig on_calibration = s.config;
+    on_calibration.score_calibration_steps = q.calibrated_budgets;
+    const auto chosen = fathom::quality_study_grouped(on_calibration, 1);
+    for (Needed n : needed) {
+      n.bits = fathom::per_head_allocation_bits(
+          chosen.groups, study.groups, n.fixed->attention_error, n.rule, n.fixed->method.klt);
+      calibrated.push_back(std::move(n));
+    }
+  }
 
   if (o.json) {
     nlohmann::json j{{"backend", "cpu"},
@@ -264,6 +278,10 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
                            {"recall", r.recall},
                            {"attention_rel_error", r.attention_error}});
     if (q.allocation_bound) j["bits_at_fixed32_error_per_head_budgets"] = bits_json(bounds);
+    if (q.calibrated_budgets > 0) {
+      j["bits_at_fixed32_error_calibrated_head_budgets"] = bits_json(calibrated);
+      j["workload"]["budget_calibration_steps"] = q.calibrated_budgets;
+    }
     for (std::size_t g = 0; g < layer_needs.size(); ++g)
       j["layers"].push_back({{"layer", s.replay->layers()[g]},
                              {"fixed32_error", layer_needs[g].front().fixed->attention_error},
@@ -279,6 +297,13 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
         "\nif each KV head took its own budget (the best split of the same mean bits, chosen "
         "knowing every head's error curve: a bound on cross-head allocation, not a planner):\n");
     print_needed(bounds);
+  }
+  if (!calibrated.empty()) {
+    fmt::print(
+        "\nwith a budget per KV head chosen on {} held-out calibration query steps and scored on "
+        "the test queries (fixed per-head budgets):\n",
+        q.calibrated_budgets);
+    print_needed(calibrated);
   }
   if (!layer_needs.empty()) print_layers(*s.replay, layer_needs);
   return exit_code::ok;
