@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.hpp"
+#include "fathom/selector.hpp"
 #include "model/capacity_model.hpp"
 #include "model/mode.hpp"
 #include "scenario/overrides.hpp"
@@ -528,6 +529,15 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
             fmt::format("use at most {} slots (top_k <= {} with the default hot_buffer)",
                         kMaxHotBuffer, kMaxHotBuffer / 2));
       if (is_fathom(c.mode)) {
+        // The selector always keeps its sinks and recent window; top_k must leave room beyond.
+        const fathom::SelectorConfig selector;
+        const int fixed = selector.sinks + selector.recent;
+        if (c.top_k <= fixed)
+          throw Error(top_k_given ? value("top_k").where : value("mode").where,
+                      fmt::format("top_k {} leaves no room beyond the {} sinks and {} recent "
+                                  "tokens that mode '{}' always selects",
+                                  c.top_k, selector.sinks, selector.recent, mode),
+                      fmt::format("use top_k > {}", fixed));
         const int max_bits = 4 * model.gqa.head_dim;
         if (c.budget_bits > max_bits)
           throw Error(value("budget_bits").where,

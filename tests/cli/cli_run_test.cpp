@@ -1,4 +1,5 @@
 // hisparse-bench run end to end on the CPU backend: result files, --json, failed points, --set.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -69,13 +70,32 @@ TEST(CliRun, JsonOnStdoutIsTheResultsDocument) {
 
 TEST(CliRun, HumanOutputIsATableNamingCpuTimings) {
   TempDir out;
-  const auto r = run_bench("run " + kTiny + " --backend cpu --out " + out.path.string() +
-                           " --set sweep.mode=[dense] --set decode_steps=1");
+  const auto r =
+      run_bench("run " + kTiny + " --backend cpu --out " + out.path.string() +
+                " --set sweep.mode=[dense,hisparse,fathom] --set top_k=64 --set decode_steps=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("point  model"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("CPU wall-clock timings"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[1/1] tiny-gqa dense concurrency=1 context=128: "), std::string::npos)
+  EXPECT_NE(r.output.find("[1/3] tiny-gqa dense concurrency=1 context=128: "), std::string::npos)
       << r.output;
+  // The last two columns: the hit rate of the hot-buffer points and the bits per token of the
+  // Fathom points, as in results.json; "-" where a point has none.
+  EXPECT_NE(r.output.find("step ms  hit rate  bits/tok\n"), std::string::npos) << r.output;
+  const auto points = read_json(out.path / "results.json")["points"];
+  ASSERT_EQ(points.size(), 3u);
+  const auto& hisparse = points[1]["metrics"];
+  const auto& fathom = points[2]["metrics"];
+  ASSERT_TRUE(hisparse["hit_rate"].is_number() && fathom["bits_per_token"].is_number());
+  const std::vector<std::string> tails{
+      "         -         -\n",
+      fmt::format("{:>9.3f}         -\n", hisparse["hit_rate"].get<double>()),
+      fmt::format("        - {:>9.1f}\n", fathom["bits_per_token"].get<double>())};
+  for (std::size_t i = 0; i < tails.size(); ++i) {
+    const auto row = r.output.find(fmt::format("{:>5}  tiny-gqa", i));
+    ASSERT_NE(row, std::string::npos) << r.output;
+    const auto end = r.output.find('\n', row);
+    EXPECT_EQ(r.output.substr(end + 1 - tails[i].size(), tails[i].size()), tails[i]) << r.output;
+  }
 }
 
 TEST(CliRun, FailedPointIsRecordedAndTheSweepGoesOn) {

@@ -300,6 +300,18 @@ TEST(ScenarioValidation, SkipRules) {
             "sweep more values");
 }
 
+TEST(ScenarioValidation, FathomNeedsTopKBeyondItsSinksAndRecentTokens) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 128\ntop_k: 36\n"),
+            "s.yaml:5:8: top_k: top_k 36 leaves no room beyond the 4 sinks and 32 recent tokens "
+            "that mode 'fathom' always selects; use top_k > 36");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisparse+fathom\ncontext_length: 128\n"
+                     "top_k: 37\n"),
+            "no error");
+  // Other modes select any top_k.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: sparse-gpu\ncontext_length: 128\ntop_k: 8\n"),
+            "no error");
+}
+
 TEST(ScenarioValidation, BudgetBitsUpToFourBitsPerChannel) {
   const std::string base =
       "name: a\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 1024\ntop_k: 64\n";

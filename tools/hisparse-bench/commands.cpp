@@ -216,18 +216,29 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const T
   if (o.json) {
     print_json(j);
   } else if (!o.quiet) {
-    fmt::print("{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12}\n", "point", "model", "mode",
-               "concurrency", "context", "status", "tok/s", "step ms");
+    // Hit rate (hot-buffer modes) and bits read per token (Fathom modes): "-" where a point has
+    // none.
+    const auto metric = [](const nlohmann::json& p, const char* key, const char* format) {
+      const auto m = p.find("metrics");
+      if (p["status"] != "ok" || m == p.end() || !m->contains(key) || !(*m)[key].is_number())
+        return std::string("-");
+      return fmt::format(fmt::runtime(format), (*m)[key].get<double>());
+    };
+    fmt::print("{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}\n", "point",
+               "model", "mode", "concurrency", "context", "status", "tok/s", "step ms", "hit rate",
+               "bits/tok");
     const nlohmann::json all_points = j["points"];
     for (const auto& p : all_points) {
       const nlohmann::json c = p["config"];
       const bool ok = p["status"] == "ok";
       fmt::print(
-          "{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12}\n", p["index"].get<int>(),
-          c["model"].get<std::string>(), c["mode"].get<std::string>(), c["concurrency"].get<int>(),
-          c["context_length"].get<std::int64_t>(), p["status"].get<std::string>(),
+          "{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}\n",
+          p["index"].get<int>(), c["model"].get<std::string>(), c["mode"].get<std::string>(),
+          c["concurrency"].get<int>(), c["context_length"].get<std::int64_t>(),
+          p["status"].get<std::string>(),
           ok ? fmt::format("{:.1f}", p["metrics"]["output_tokens_per_s"].get<double>()) : "-",
-          ok ? fmt::format("{:.3f}", p["metrics"]["step_ms"]["median"].get<double>()) : "-");
+          ok ? fmt::format("{:.3f}", p["metrics"]["step_ms"]["median"].get<double>()) : "-",
+          metric(p, "hit_rate", "{:.3f}"), metric(p, "bits_per_token", "{:.1f}"));
     }
     fmt::print("{} timings ({}); results written to {}\n",
                backend == Backend::cpu ? "CPU wall-clock" : "GPU", props.name, out.string());
