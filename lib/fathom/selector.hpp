@@ -28,6 +28,9 @@ struct SelectorConfig {
   /// depth_planner.hpp).
   PlanRule rule = PlanRule::paper;
   [[nodiscard]] int keep() const noexcept { return top_k - sinks - recent; }
+  /// Rows one selection of a KV stream can hold: the sinks, the recent window and each of the
+  /// `group` query heads' own top tokens, when no two heads share one.
+  [[nodiscard]] int max_rows(int group) const noexcept { return sinks + recent + group * keep(); }
 };
 
 class FathomSelector {

@@ -19,9 +19,7 @@ constexpr int kCalibrationSkip = 16;  // attention sinks distort the first token
 
 FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
                                const fathom::SelectorConfig& selector, Backend backend)
-    : shape_(shape),
-      width_(selector.sinks + selector.recent + shape.group * selector.keep()),
-      selector_(backend, selector) {
+    : shape_(shape), width_(selector.max_rows(shape.group)), selector_(backend, selector) {
   fathom::check_budget(selector.budget, shape.head_dim, "budget_bits");
   for (int l = 0; l < shape.layers; ++l) {
     stores_.push_back(std::make_unique<fathom::PlaneStore>(

@@ -538,6 +538,17 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
                                   "tokens that mode '{}' always selects",
                                   c.top_k, selector.sinks, selector.recent, mode),
                       fmt::format("use top_k > {}", fixed));
+        // hisparse+fathom swaps each selection into the hot buffer: it must hold the largest.
+        fathom::SelectorConfig sized = selector;
+        sized.top_k = c.top_k;
+        const int rows = sized.max_rows(model.gqa.q_heads / model.gqa.kv_heads);
+        if (c.mode == Mode::hisparse_fathom && c.hot_buffer < rows)
+          throw Error(hot_given ? value("hot_buffer").where : value("top_k").where,
+                      fmt::format("hot_buffer {} cannot hold one Fathom selection of up to {} rows "
+                                  "({} sinks + {} recent + {} query heads x (top_k {} - {}))",
+                                  c.hot_buffer, rows, selector.sinks, selector.recent,
+                                  model.gqa.q_heads / model.gqa.kv_heads, c.top_k, fixed),
+                      fmt::format("use hot_buffer >= {}", rows));
         const int max_bits = 4 * model.gqa.head_dim;
         if (c.budget_bits > max_bits)
           throw Error(value("budget_bits").where,

@@ -307,6 +307,19 @@ TEST(ScenarioValidation, FathomNeedsTopKBeyondItsSinksAndRecentTokens) {
   EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisparse+fathom\ncontext_length: 128\n"
                      "top_k: 37\n"),
             "no error");
+  // hisparse+fathom: the hot buffer must hold one whole selection (tiny-gqa: 4 query heads per
+  // KV head; the default hot_buffer is 2 x top_k = 128 < 4 + 32 + 4 x 28 = 148).
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisparse+fathom\ncontext_length: 1024\n"
+                     "top_k: 64\n"),
+            "s.yaml:5:8: top_k: hot_buffer 128 cannot hold one Fathom selection of up to 148 rows "
+            "(4 sinks + 32 recent + 4 query heads x (top_k 64 - 36)); use hot_buffer >= 148");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisparse+fathom\ncontext_length: 1024\n"
+                     "top_k: 64\nhot_buffer: 147\n"),
+            "s.yaml:6:13: hot_buffer: hot_buffer 147 cannot hold one Fathom selection of up to 148 "
+            "rows (4 sinks + 32 recent + 4 query heads x (top_k 64 - 36)); use hot_buffer >= 148");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: hisparse+fathom\ncontext_length: 1024\n"
+                     "top_k: 64\nhot_buffer: 148\n"),
+            "no error");
   // Other modes select any top_k.
   EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: sparse-gpu\ncontext_length: 128\ntop_k: 8\n"),
             "no error");
