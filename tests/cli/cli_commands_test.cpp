@@ -330,6 +330,19 @@ TEST(CliCommands, QualityStudyReplaysACapture) {
             std::string::npos)
       << text.output;
   EXPECT_NE(text.output.find("note: no values (v) captured"), std::string::npos) << text.output;
+  // Per-head budgets chosen on the capture's own calibration steps (4 here), scored on the rest.
+  const std::string split = "quality --replay " + capture +
+                            " --model tiny-gqa --top-k 64 --budgets 32,128 --rule paper --json "
+                            "--calibrated-budgets ";
+  const auto chosen = run_bench(split + "4");
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_TRUE(nlohmann::json::parse(chosen.output)["bits_at_fixed32_error_calibrated_head_budgets"]
+                  .contains("paper"));
+  const auto too_many = run_bench(split + "5");
+  EXPECT_EQ(too_many.exit_code, 2);
+  EXPECT_EQ(too_many.output,
+            "error: quality study: calibration steps: 5 calibration query steps asked for, 4 are "
+            "held out; use at most 4\n");
 }
 
 // --by-layer: each captured layer's figures are those of a study of that layer alone.
