@@ -395,7 +395,7 @@ double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error, b
   return std::exp(b0 + t * (b1 - b0));
 }
 
-std::optional<double> per_head_allocation_bits(
+std::optional<HeadAllocation> per_head_allocation(
     const std::vector<std::vector<QualityRow>>& choose_on,
     const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule, bool klt) {
   struct Point {
@@ -414,8 +414,11 @@ std::optional<double> per_head_allocation_bits(
   Point at{0, 0};  // the scored mean of the current split: every head at its smallest budget
   struct Step {
     Point chosen, scored;  // one head's move to its next hull point
+    std::size_t head;
+    int budget;  // the head's budget after the move
   };
   std::vector<Step> steps;
+  std::vector<int> budgets;  // the current split: every head at its smallest budget
   for (std::size_t h = 0; h < choose_on.size(); ++h) {
     std::vector<Budget> p;
     for (const auto& r : choose_on[h]) {
@@ -451,11 +454,14 @@ std::optional<double> per_head_allocation_bits(
     }
     at.bits += hull.front().scored.bits / heads;
     at.error += hull.front().scored.error / heads;
+    budgets.push_back(hull.front().budget);
     for (std::size_t i = 1; i < hull.size() && hull[i].chosen.error < hull[i - 1].chosen.error; ++i)
       steps.push_back({{hull[i].chosen.bits - hull[i - 1].chosen.bits,
                         hull[i].chosen.error - hull[i - 1].chosen.error},
                        {(hull[i].scored.bits - hull[i - 1].scored.bits) / heads,
-                        (hull[i].scored.error - hull[i - 1].scored.error) / heads}});
+                        (hull[i].scored.error - hull[i - 1].scored.error) / heads},
+                       h,
+                       hull[i].budget});
   }
   // Steepest chosen error reduction per bit first; a head's own steps come in hull order, since
   // its slopes flatten along the hull (stable for equal slopes). The splits along this path are
@@ -476,11 +482,27 @@ std::optional<double> per_head_allocation_bits(
       last_above = i;
       break;
     }
-  if (last_above == path.size()) return path.front().bits;
   if (last_above + 1 == path.size()) return std::nullopt;
-  const Point& a = path[last_above];
-  const Point& b = path[last_above + 1];
-  return a.bits + (a.error - error) / (a.error - b.error) * (b.bits - a.bits);
+  // The budgets of the first split past the last one above `error` (no mixing).
+  const std::size_t reached = last_above == path.size() ? 0 : last_above + 1;
+  for (std::size_t k = 0; k < reached; ++k) budgets[steps[k].head] = steps[k].budget;
+  HeadAllocation out;
+  out.budgets = std::move(budgets);
+  if (reached == 0) {
+    out.bits = path.front().bits;
+  } else {
+    const Point& a = path[last_above];
+    const Point& b = path[reached];
+    out.bits = a.bits + (a.error - error) / (a.error - b.error) * (b.bits - a.bits);
+  }
+  return out;
+}
+
+std::optional<double> per_head_allocation_bits(
+    const std::vector<std::vector<QualityRow>>& choose_on,
+    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule, bool klt) {
+  const auto split = per_head_allocation(choose_on, score_on, error, rule, klt);
+  return split ? std::optional<double>(split->bits) : std::nullopt;
 }
 
 std::optional<double> per_head_allocation_bits(const std::vector<std::vector<QualityRow>>& per_head,

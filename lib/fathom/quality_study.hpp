@@ -124,4 +124,16 @@ struct QualityResult {
     const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule,
     bool klt = false);
 
+/// The split itself: `bits` as per_head_allocation_bits gives it, and each head's budget in the
+/// first split of the path whose scored error reaches `error` (whole budgets, no mixing: its mean
+/// bits are at or above `bits`). For a replayed capture, heads are numbered layer by layer.
+struct HeadAllocation {
+  double bits = 0;
+  std::vector<int> budgets;  ///< MethodSpec::budget per head
+};
+[[nodiscard]] std::optional<HeadAllocation> per_head_allocation(
+    const std::vector<std::vector<QualityRow>>& choose_on,
+    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule,
+    bool klt = false);
+
 }  // namespace hisparse::fathom

@@ -175,8 +175,14 @@ TEST(CliCommands, QualityStudyBoundsASplitOfTheBitsOverTheHeads) {
   ASSERT_EQ(cal.exit_code, 0) << cal.output;
   const auto c = nlohmann::json::parse(cal.output);
   EXPECT_EQ(c["workload"]["budget_calibration_steps"], 2);
-  for (const char* rule : {"paper", "measured"})
+  for (const char* rule : {"paper", "measured"}) {
     EXPECT_TRUE(c["bits_at_fixed32_error_calibrated_head_budgets"].contains(rule)) << cal.output;
+    // The split in whole budgets: one of the given budgets per KV head.
+    const auto& split = c["calibrated_head_budgets"][rule];
+    ASSERT_TRUE(split.is_array() && split.size() == 4u) << cal.output;
+    for (const auto& b : split)
+      EXPECT_TRUE(b == 16 || b == 32 || b == 64 || b == 128) << cal.output;
+  }
   const auto too_many = run_bench(args + " --calibrated-budgets 65");
   EXPECT_EQ(too_many.exit_code, 2) << too_many.output;
   EXPECT_EQ(too_many.output,

@@ -601,6 +601,17 @@ TEST(FathomQuality, PerHeadAllocationTakesTheSteepestHullSegmentsFirst) {
   EXPECT_NEAR(*chosen_at(0.30), 11.0 + 5.0 * 0.05 / 0.10, 1e-12);
   EXPECT_NEAR(*chosen_at(0.11), 16.0 + 10.0 * 0.14 / 0.14, 1e-12);
   EXPECT_FALSE(chosen_at(0.05).has_value());
+  // The whole-budget split: the first on the path at or below the error.
+  const auto split_at = [&](double error) {
+    return per_head_allocation(heads, scored, error, PlanRule::measured)->budgets;
+  };
+  EXPECT_EQ(split_at(0.5), (std::vector<int>{10, 10}));
+  EXPECT_EQ(split_at(0.30), (std::vector<int>{20, 10}));
+  EXPECT_EQ(split_at(0.11), (std::vector<int>{20, 30}));
+  EXPECT_EQ(split_at(0.07), (std::vector<int>{30, 30}));
+  EXPECT_DOUBLE_EQ(per_head_allocation(heads, scored, 0.30, PlanRule::measured)->bits,
+                   *chosen_at(0.30));
+  EXPECT_FALSE(per_head_allocation(heads, scored, 0.05, PlanRule::measured).has_value());
   EXPECT_FALSE(per_head_allocation_bits(heads, {scored[0]}, 0.3, PlanRule::measured).has_value());
 }
 

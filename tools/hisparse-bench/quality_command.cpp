@@ -247,13 +247,16 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
       bounds.push_back(std::move(n));
     }
   std::vector<Needed> calibrated;  // --calibrated-budgets: split on calibration queries
+  std::vector<std::optional<std::vector<int>>> head_budgets;  // its whole-budget split per rule
   if (q.calibrated_budgets > 0) {
     fathom::QualityConfig on_calibration = s.config;
     on_calibration.score_calibration_steps = q.calibrated_budgets;
     const auto chosen = fathom::quality_study_grouped(on_calibration, 1);
     for (Needed n : needed) {
-      n.bits = fathom::per_head_allocation_bits(
+      const auto split = fathom::per_head_allocation(
           chosen.groups, study.groups, n.fixed->attention_error, n.rule, n.fixed->method.klt);
+      n.bits = split ? std::optional<double>(split->bits) : std::nullopt;
+      head_budgets.push_back(split ? std::optional(split->budgets) : std::nullopt);
       calibrated.push_back(std::move(n));
     }
   }
@@ -280,6 +283,10 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
     if (q.allocation_bound) j["bits_at_fixed32_error_per_head_budgets"] = bits_json(bounds);
     if (q.calibrated_budgets > 0) {
       j["bits_at_fixed32_error_calibrated_head_budgets"] = bits_json(calibrated);
+      // The split itself, in whole budgets: one per study head (layer by layer for a capture).
+      for (std::size_t i = 0; i < calibrated.size(); ++i)
+        j["calibrated_head_budgets"][calibrated[i].key] =
+            head_budgets[i] ? nlohmann::json(*head_budgets[i]) : nlohmann::json(nullptr);
       j["workload"]["budget_calibration_steps"] = q.calibrated_budgets;
     }
     for (std::size_t g = 0; g < layer_needs.size(); ++g)
@@ -304,6 +311,15 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
         "the test queries (fixed per-head budgets):\n",
         q.calibrated_budgets);
     print_needed(calibrated);
+    for (std::size_t i = 0; i < calibrated.size(); ++i) {
+      if (!head_budgets[i]) continue;
+      std::vector<int> b = *head_budgets[i];
+      std::sort(b.begin(), b.end());
+      fmt::print(
+          "{}: budgets per KV head min {}, median {}, max {} (calibrated_head_budgets in "
+          "the JSON)\n",
+          calibrated[i].label, b.front(), b[b.size() / 2], b.back());
+    }
   }
   if (!layer_needs.empty()) print_layers(*s.replay, layer_needs);
   return exit_code::ok;
