@@ -498,16 +498,10 @@ std::optional<HeadAllocation> per_head_allocation(
   return out;
 }
 
-std::optional<double> per_head_allocation_bits(
-    const std::vector<std::vector<QualityRow>>& choose_on,
-    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule, bool klt) {
-  const auto split = per_head_allocation(choose_on, score_on, error, rule, klt);
-  return split ? std::optional<double>(split->bits) : std::nullopt;
-}
-
 std::optional<double> per_head_allocation_bits(const std::vector<std::vector<QualityRow>>& per_head,
                                                double error, PlanRule rule, bool klt) {
-  return per_head_allocation_bits(per_head, per_head, error, rule, klt);
+  const auto split = per_head_allocation(per_head, per_head, error, rule, klt);
+  return split ? std::optional<double>(split->bits) : std::nullopt;
 }
 
 }  // namespace hisparse::fathom

@@ -42,7 +42,7 @@ struct QualityConfig {
   /// heads' samples are summed in head order.
   int threads = 0;
   /// When positive, every head is scored on its last N held-out calibration query steps instead
-  /// of its test queries: the curves per_head_allocation_bits chooses per-head budgets on.
+  /// of its test queries: the curves per_head_allocation chooses per-head budgets on.
   int score_calibration_steps = 0;
 };
 
@@ -112,21 +112,16 @@ struct QualityResult {
 [[nodiscard]] std::optional<double> per_head_allocation_bits(
     const std::vector<std::vector<QualityRow>>& per_head, double error, PlanRule rule,
     bool klt = false);
-/// The same split chosen on one set of curves and scored on another: each head's budgets are
-/// picked on `choose_on` (e.g. the study run on held-out calibration queries), and the mean bits
-/// and error of each split are those of the same budgets in `score_on` (the test queries). The
-/// splits are the Lagrangian optima of the chosen curves, in order of falling chosen error; the
-/// figure is where the scored error last falls to `error`, linear between two splits. A
-/// deployable form: fixed per-head budgets calibrated offline. Rows are matched by
-/// MethodSpec::budget; nullopt when the head counts differ or a budget is missing.
-[[nodiscard]] std::optional<double> per_head_allocation_bits(
-    const std::vector<std::vector<QualityRow>>& choose_on,
-    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule,
-    bool klt = false);
-
-/// The split itself: `bits` as per_head_allocation_bits gives it, and each head's budget in the
-/// first split of the path whose scored error reaches `error` (whole budgets, no mixing: its mean
-/// bits are at or above `bits`). For a replayed capture, heads are numbered layer by layer.
+/// A split chosen on one set of curves and scored on another: each head's budgets are picked on
+/// `choose_on` (e.g. the study run on held-out calibration queries), and the mean bits and error
+/// of each split are those of the same budgets in `score_on` (the test queries). The splits are
+/// the Lagrangian optima of the chosen curves, in order of falling chosen error; `bits` is where
+/// the scored error last falls to `error`, linear between two splits, and `budgets` each head's
+/// budget in the first split that reaches it (whole budgets, no mixing: their mean bits are at or
+/// above `bits`). A deployable form: fixed per-head budgets calibrated offline. Rows are matched
+/// by MethodSpec::budget; nullopt when the head counts differ, a budget is missing or the error
+/// is not reached. For a replayed capture, heads are numbered layer by layer. With choose_on ==
+/// score_on, `bits` is per_head_allocation_bits.
 struct HeadAllocation {
   double bits = 0;
   std::vector<int> budgets;  ///< MethodSpec::budget per head

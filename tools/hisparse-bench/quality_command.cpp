@@ -104,6 +104,7 @@ struct Needed {
   PlanRule rule;
   const QualityRow* fixed;  ///< the 32-channel scan of the same basis
   std::optional<double> bits;
+  std::vector<int> budgets;  ///< --calibrated-budgets: the whole-budget split per KV head
 };
 
 /// Per rule, in the plain basis and, with `klt`, in the KLT basis against the KLT 32-channel scan.
@@ -125,7 +126,7 @@ std::vector<Needed> bits_needed(const std::vector<QualityRow>& rows,
       });
       Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
                fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
-               rule, &*fixed, std::nullopt};
+               rule, &*fixed, std::nullopt, {}};
       if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
       needed.push_back(std::move(n));
     }
@@ -247,7 +248,6 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
       bounds.push_back(std::move(n));
     }
   std::vector<Needed> calibrated;  // --calibrated-budgets: split on calibration queries
-  std::vector<std::optional<std::vector<int>>> head_budgets;  // its whole-budget split per rule
   if (q.calibrated_budgets > 0) {
     fathom::QualityConfig on_calibration = s.config;
     on_calibration.score_calibration_steps = q.calibrated_budgets;
@@ -256,7 +256,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
       const auto split = fathom::per_head_allocation(
           chosen.groups, study.groups, n.fixed->attention_error, n.rule, n.fixed->method.klt);
       n.bits = split ? std::optional<double>(split->bits) : std::nullopt;
-      head_budgets.push_back(split ? std::optional(split->budgets) : std::nullopt);
+      if (split) n.budgets = split->budgets;
       calibrated.push_back(std::move(n));
     }
   }
@@ -284,9 +284,9 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
     if (q.calibrated_budgets > 0) {
       j["bits_at_fixed32_error_calibrated_head_budgets"] = bits_json(calibrated);
       // The split itself, in whole budgets: one per study head (layer by layer for a capture).
-      for (std::size_t i = 0; i < calibrated.size(); ++i)
-        j["calibrated_head_budgets"][calibrated[i].key] =
-            head_budgets[i] ? nlohmann::json(*head_budgets[i]) : nlohmann::json(nullptr);
+      for (const Needed& n : calibrated)
+        j["calibrated_head_budgets"][n.key] =
+            n.budgets.empty() ? nlohmann::json(nullptr) : nlohmann::json(n.budgets);
       j["workload"]["budget_calibration_steps"] = q.calibrated_budgets;
     }
     for (std::size_t g = 0; g < layer_needs.size(); ++g)
@@ -311,14 +311,14 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
         "the test queries (fixed per-head budgets):\n",
         q.calibrated_budgets);
     print_needed(calibrated);
-    for (std::size_t i = 0; i < calibrated.size(); ++i) {
-      if (!head_budgets[i]) continue;
-      std::vector<int> b = *head_budgets[i];
+    for (const Needed& n : calibrated) {
+      if (n.budgets.empty()) continue;
+      std::vector<int> b = n.budgets;
       std::sort(b.begin(), b.end());
       fmt::print(
           "{}: budgets per KV head min {}, median {}, max {} (calibrated_head_budgets in "
           "the JSON)\n",
-          calibrated[i].label, b.front(), b[b.size() / 2], b.back());
+          n.label, b.front(), b[b.size() / 2], b.back());
     }
   }
   if (!layer_needs.empty()) print_layers(*s.replay, layer_needs);
