@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   float weight[PER_LANE] = {}, rate[PER_LANE] = {};
   std::uint8_t depth[PER_LANE] = {}, to[PER_LANE] = {};
   int planes[PER_LANE] = {};  // of the cached move; -1: none
-  int left = a.budget;
+  const int budget = a.budget_of(s);
+  int left = budget;
   const auto evaluate = [&](int m) {
     const int j = lane + 32 * m;
     float best = 0.0f;
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
 #pragma unroll
     for (int pos = 0; pos < kMeasuredMoves; ++pos)
       widest = max(widest, static_cast<unsigned>(chain[m][pos] & 0xff));
-  const int limit = a.budget - static_cast<int>(__reduce_max_sync(0xffffffffu, widest));
+  const int limit = budget - static_cast<int>(__reduce_max_sync(0xffffffffu, widest));
   // Keys differ above bit 21 (rate, channel, move): searching those 43 bits with the bits below
   // set separates the same moves as a search of all 64.
   constexpr std::uint64_t kLowBits = (std::uint64_t{1} << 21) - 1;

@@ -33,11 +33,19 @@ struct MeasuredPlanArgs {
   const float* gain = nullptr;        ///< [period][channels][kReadColumns]: its gain
   std::int32_t period = 1;            ///< table rows (KV heads); stream s uses row s % period
   std::int32_t streams = 0;
-  std::int32_t heads = 0;           ///< query heads per KV head (<= kMaxGroupHeads)
-  std::int32_t channels = 0;        ///< head_dim (<= kMaxChannels)
-  std::int32_t budget = 0;          ///< plane bits per token, 0..4 * channels
+  std::int32_t heads = 0;     ///< query heads per KV head (<= kMaxGroupHeads)
+  std::int32_t channels = 0;  ///< head_dim (<= kMaxChannels)
+  std::int32_t budget = 0;    ///< plane bits per token, 0..4 * channels
+  /// [period], optional: a budget per KV head (stream s plans budgets[s % period] planes, each
+  /// 0..budget); null: every stream plans `budget`.
+  const std::int32_t* budgets = nullptr;
   std::uint8_t* depths = nullptr;   ///< [streams][channels]: 0..kPlanes or kSignRead
   float* gained_queries = nullptr;  ///< [streams][heads][channels], optional: query x gain
+
+  /// The planes stream s may spend.
+  [[nodiscard]] HISPARSE_HD std::int32_t budget_of(std::int32_t s) const {
+    return budgets != nullptr ? budgets[s % period] : budget;
+  }
 };
 
 /// Sum over the heads of q_hj^2 for channel j of stream s, in head order, by fused multiply-adds

@@ -13,7 +13,7 @@ void depth_plan_measured_ref(const MeasuredPlanArgs& a) {
     std::uint8_t* depths = a.depths + static_cast<std::int64_t>(s) * d;
     for (int j = 0; j < d; ++j) weight[static_cast<std::size_t>(j)] = measured_weight(a, s, j);
     std::fill(depths, depths + d, std::uint8_t{0});
-    for (int left = a.budget; left > 0;) {
+    for (int left = a.budget_of(s); left > 0;) {
       float best = 0.0f;
       int best_j = -1;
       std::uint8_t best_to = 0;

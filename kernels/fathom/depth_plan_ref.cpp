@@ -25,7 +25,7 @@ void depth_plan_bisection_ref(const DepthPlanArgs& args) {
     for (int j = 0; j < args.channels; ++j) log2_g[j] = reproducible_log2(g[j]);
     // The kernel's multi-level search (the sequential bisection's theta bit for bit).
     const float hi =
-        search_log2_theta<kDepthSearchLevels>(log2_g.data(), args.channels, args.budget);
+        search_log2_theta<kDepthSearchLevels>(log2_g.data(), args.channels, args.budget_of(s));
     std::uint8_t* out = args.depths + static_cast<std::int64_t>(s) * args.channels;
     for (int j = 0; j < args.channels; ++j)
       out[j] = static_cast<std::uint8_t>(depth_at(log2_g[j], hi));
@@ -39,7 +39,7 @@ void depth_plan_greedy_ref(const DepthPlanArgs& args) {
     importance_ref(args, s, g.data());
     std::uint8_t* out = args.depths + static_cast<std::int64_t>(s) * args.channels;
     for (int j = 0; j < args.channels; ++j) out[j] = 0;
-    for (int round = 0; round < args.budget; ++round) {
+    for (int round = 0; round < args.budget_of(s); ++round) {
       int best = -1;
       float best_gain = 0.0f;
       for (int j = 0; j < args.channels; ++j) {

@@ -56,7 +56,7 @@ __device__ __forceinline__ void plan_stream_warp(const DepthPlanArgs& args, std:
       if (h < heads) sum = accumulate_q_squared(sum, qv[h][r]);
     log2_g[r] = lane + 32 * r < d ? reproducible_log2(sum * v[r]) : -1e30f;
   }
-  const float hi = bisect_depths<PER_LANE>(log2_g, args.budget, d, lane, out);
+  const float hi = bisect_depths<PER_LANE>(log2_g, args.budget_of(s), d, lane, out);
   if (lane == 0 && log2_theta) *log2_theta = hi;
 }
 
@@ -90,7 +90,7 @@ __device__ __forceinline__ void plan_stream_warp_lean(const DepthPlanArgs& args,
       if (h < heads) sum = accumulate_q_squared(sum, qv[h]);
     log2_g[r] = j < d ? reproducible_log2(sum * v) : -1e30f;
   }
-  const float hi = bisect_depths<PER_LANE>(log2_g, args.budget, d, lane, out);
+  const float hi = bisect_depths<PER_LANE>(log2_g, args.budget_of(s), d, lane, out);
 }
 
 /// plan_stream_warp_lean for any head_dim <= kMaxChannels.

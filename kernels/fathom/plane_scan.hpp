@@ -32,6 +32,9 @@ struct PlaneScanArgs {
   const float* plan_variances = nullptr;
   std::int32_t plan_variance_period = 1;
   std::int32_t plan_budget = 0;
+  /// [plan_variance_period], optional: a budget per KV head, each 0..plan_budget
+  /// (DepthPlanArgs::budgets).
+  const std::int32_t* plan_budgets = nullptr;
   std::uint8_t* planned_depths = nullptr;
   std::int32_t streams = 0;
   std::int32_t heads = 0;  ///< query heads per KV head (<= kMaxGroupHeads)
@@ -53,6 +56,7 @@ struct PlaneScanArgs {
     p.heads = heads;
     p.channels = layout.channels;
     p.budget = plan_budget;
+    p.budgets = plan_budgets;
     p.depths = out;
     return p;
   }

@@ -38,6 +38,9 @@ nlohmann::json to_json(const PointRecord& r) {
                      {"fathom_klt", c.fathom_klt},
                      {"fathom_rule", fathom::plan_rule_name(c.fathom_rule)},
                      {"fathom_centre_keys", c.fathom_centre_keys},
+                     {"fathom_head_budgets", c.fathom_head_budgets.empty()
+                                                 ? nlohmann::json(nullptr)
+                                                 : nlohmann::json(c.fathom_head_budgets)},
                      {"policy", c.policy}}},
                    {"status", r.ok ? "ok" : "failed"},
                    {"error", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.error)}};

@@ -64,6 +64,26 @@ void check_budget(int budget, int channels, const std::string& where) {
                 "use a budget such as 40, 48, 64, 80 or 128");
 }
 
+std::vector<std::int32_t> head_budgets(std::span<const int> table, int kv_heads, int layer,
+                                       int budget, int max_budget, const std::string& where) {
+  if (kv_heads < 1 || table.empty() || table.size() % static_cast<std::size_t>(kv_heads) != 0)
+    throw Error(
+        where,
+        fmt::format("{} per-head budgets for a model with {} KV heads", table.size(), kv_heads),
+        fmt::format("give {} budgets per layer (one per KV head), layer by layer", kv_heads));
+  double mean = 0;
+  for (const int t : table) mean += t;
+  mean /= static_cast<double>(table.size());
+  const std::size_t rows = table.size() / static_cast<std::size_t>(kv_heads);
+  const std::size_t row = static_cast<std::size_t>(layer) % rows;
+  std::vector<std::int32_t> out(static_cast<std::size_t>(kv_heads));
+  for (std::size_t g = 0; g < out.size(); ++g) {
+    const double b = std::round(budget + table[row * out.size() + g] - mean);
+    out[g] = static_cast<std::int32_t>(std::clamp(b, 0.0, static_cast<double>(max_budget)));
+  }
+  return out;
+}
+
 namespace {
 void check_plan_shape(int budget, int heads, int channels) {
   check_budget(budget, channels, "fathom planner: budget_bits");

@@ -28,11 +28,9 @@ void FathomSelector::set_klt_bases(std::vector<KltBasis> bases) {
   klt_bases_ = std::move(bases);
 }
 
-std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& store,
-                                                              const float* queries, int heads,
-                                                              const float* variances,
-                                                              int variance_period,
-                                                              const ReadTables* reads) {
+std::vector<std::vector<std::int32_t>> FathomSelector::select(
+    const PlaneStore& store, const float* queries, int heads, const float* variances,
+    int variance_period, const ReadTables* reads, std::span<const std::int32_t> budgets) {
   HISPARSE_FUNC_RANGE();
   if (store.backend() != backend_)
     throw Error("fathom selector", "the plane store lives on another backend", "use one backend");
@@ -82,8 +80,24 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
     throw Error("fathom selector: rule measured", "the read tables live on another backend",
                 "build the ReadTables on the selector's backend");
   copy_bytes(q_dev, queries, q_count * sizeof(float), backend_);
+  // Per-head budgets: one per row of the plan's period; the largest sizes the planner and scan.
+  const int period = measured ? reads->period() : variance_period;
+  int budget = config_.budget;
+  const std::int32_t* budgets_dev = nullptr;
+  if (!budgets.empty()) {
+    if (budgets.size() != static_cast<std::size_t>(period))
+      throw Error("fathom selector: budgets",
+                  fmt::format("{} per-head budgets for a plan period of {} KV heads",
+                              budgets.size(), period),
+                  "give one budget per KV head (per variance row or read table)");
+    for (const std::int32_t b : budgets) check_budget(b, d, "fathom selector: budgets");
+    budget = *std::max_element(budgets.begin(), budgets.end());
+    std::int32_t* dev = budgets_.reserve_device(budgets.size(), backend_, "fathom budgets");
+    copy_bytes(dev, budgets.data(), budgets.size() * sizeof(std::int32_t), backend_);
+    budgets_dev = dev;
+  }
   if (measured) {
-    check_budget(config_.budget, d, "fathom selector: budget");
+    check_budget(budget, d, "fathom selector: budget");
     kf::MeasuredPlanArgs plan;
     plan.queries = q_dev;
     plan.distortion = reads->distortion();
@@ -92,7 +106,8 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
     plan.streams = streams;
     plan.heads = heads;
     plan.channels = d;
-    plan.budget = config_.budget;
+    plan.budget = budget;
+    plan.budgets = budgets_dev;
     plan.depths = depths;
     plan.gained_queries = gained_.reserve_device(q_count, backend_, "fathom gained queries");
     planner_.plan_measured(plan, stream_.native());
@@ -107,7 +122,8 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
     plan.streams = streams;
     plan.heads = heads;
     plan.channels = d;
-    plan.budget = config_.budget;
+    plan.budget = budget;
+    plan.budgets = budgets_dev;
     plan.depths = depths;
     planner_.plan(plan, stream_.native());
   }
@@ -124,7 +140,7 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(const PlaneStore& 
   args.selected = selected_.reserve_device(sel_count, backend_, "fathom selection");
   args.selected_count = counts_.reserve_device(static_cast<std::size_t>(streams), backend_,
                                                "fathom selection counts");
-  scan_.run(args, config_.budget, stream_.native());
+  scan_.run(args, budget, stream_.native());
   stream_.synchronize();
 
   selected_host_.resize(sel_count);

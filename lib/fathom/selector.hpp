@@ -46,12 +46,13 @@ class FathomSelector {
   /// With config().klt, `queries` are unrotated, and `variances` / `variance_period` are unused
   /// (the bases' eigenvalues are the variances). With PlanRule::measured, `reads` are the packed
   /// read calibrations of the stored keys on this backend (stream s uses row s % period) and the
-  /// variances are unused.
-  [[nodiscard]] std::vector<std::vector<std::int32_t>> select(const PlaneStore& store,
-                                                              const float* queries, int heads,
-                                                              const float* variances,
-                                                              int variance_period,
-                                                              const ReadTables* reads = nullptr);
+  /// variances are unused. `budgets` (host memory, optional) gives each row of that period (the
+  /// variance rows, KLT bases or read tables: one per KV head) its own plane budget in place of
+  /// config().budget; the scan is then sized for the largest.
+  [[nodiscard]] std::vector<std::vector<std::int32_t>> select(
+      const PlaneStore& store, const float* queries, int heads, const float* variances,
+      int variance_period, const ReadTables* reads = nullptr,
+      std::span<const std::int32_t> budgets = {});
   /// Depths of the last select() ([streams][head_dim]).
   [[nodiscard]] const std::vector<std::uint8_t>& last_depths() const noexcept {
     return depths_host_;
@@ -70,7 +71,7 @@ class FathomSelector {
   Stream stream_;
   Buffer<float> queries_, gained_, variances_;
   Buffer<std::uint8_t> depths_;
-  Buffer<std::int32_t> selected_, counts_;
+  Buffer<std::int32_t> selected_, counts_, budgets_;
   std::vector<float> rotated_, eigen_variances_;
   std::vector<std::int32_t> selected_host_, counts_host_;
 };

@@ -235,6 +235,8 @@ void DecodeEngine::Impl::setup_offload() {
     shape.capacity = pool_capacity_;
     shape.klt = config_.fathom_klt;
     shape.centre_keys = config_.fathom_centre_keys;
+    shape.head_budgets = config_.fathom_head_budgets;
+    shape.kv_heads = kv_heads_;
     fathom::SelectorConfig selector{top_k_, kFathomSinks, kFathomRecent, config_.budget_bits};
     selector.rule = config_.fathom_rule;
     fathom_index_ = std::make_unique<FathomKeyIndex>(shape, selector, Backend::cpu);

@@ -57,7 +57,11 @@ struct EngineConfig {
   /// calibrated plane reads)
   fathom::PlanRule fathom_rule = fathom::PlanRule::paper;
   bool fathom_centre_keys = false;  ///< fathom modes: keys minus their calibration mean (KeyCentre)
-  std::string policy = "lru";       ///< hot-buffer replacement (analysis): lru|fifo|random|belady
+  /// fathom modes, optional: a budget per (layer, KV head), layer by layer (rows reused for
+  /// deeper layers); each KV head plans budget_bits plus its difference from the table's mean
+  /// (fathom::head_budgets)
+  std::vector<int> fathom_head_budgets;
+  std::string policy = "lru";  ///< hot-buffer replacement (analysis): lru|fifo|random|belady
   WorkloadSpec workload;
   int max_decode_steps = 0;     ///< steps the engine may run: sizes the host pool and plane stores
                                 ///< of hisparse/fathom modes (0: 256); the Runner sets it

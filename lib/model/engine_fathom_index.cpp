@@ -32,6 +32,13 @@ FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
     centres_.emplace_back(shape.centre_keys ? static_cast<std::size_t>(shape.streams) : 0,
                           fathom::KeyCentre::none(shape.head_dim));
     reads_.emplace_back();
+    budgets_.emplace_back();
+    if (shape.head_budgets.empty()) continue;
+    const auto heads =
+        fathom::head_budgets(shape.head_budgets, shape.kv_heads, l, selector.budget,
+                             kernels::fathom::kPlanes * shape.head_dim, "fathom.head_budgets");
+    for (int s = 0; s < shape.streams; ++s)
+      budgets_.back().push_back(heads[static_cast<std::size_t>(s % shape.kv_heads)]);
   }
 }
 
@@ -121,9 +128,9 @@ FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::i
     queries = rotated_queries_.data();
   }
   const auto& tables = reads_[static_cast<std::size_t>(layer)];
-  const auto selection = selector_.select(store, queries, shape_.group,
-                                          variances_[static_cast<std::size_t>(layer)].data(),
-                                          shape_.streams, tables ? &*tables : nullptr);
+  const auto selection = selector_.select(
+      store, queries, shape_.group, variances_[static_cast<std::size_t>(layer)].data(),
+      shape_.streams, tables ? &*tables : nullptr, budgets_[static_cast<std::size_t>(layer)]);
   const auto& depths = selector_.last_depths();
   const auto d = static_cast<std::size_t>(shape_.head_dim);
   FathomSelectStats stats;

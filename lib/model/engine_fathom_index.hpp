@@ -32,6 +32,11 @@ struct FathomIndexShape {
   /// Quantise each stream's keys minus their calibration mean (fathom::KeyCentre, the same
   /// tokens as the variances), before any KLT rotation. Selections see the same rankings.
   bool centre_keys = false;
+  /// Optional per-(layer, KV head) budget table, layer by layer (fathom::head_budgets): each
+  /// stream plans its KV head's difference from the table's mean added to the selector's budget.
+  /// Streams are request-major: stream s is KV head s % kv_heads.
+  std::vector<int> head_budgets;
+  int kv_heads = 1;
 };
 
 /// What one select() read and chose.
@@ -80,6 +85,8 @@ class FathomKeyIndex {
   std::vector<std::vector<fathom::KeyCentre>> centres_;  ///< centre_keys: per layer, per stream
   /// measured: per layer, the packed read calibrations of its streams (built by load_context)
   std::vector<std::optional<fathom::ReadTables>> reads_;
+  /// head_budgets: per layer, the budget of every stream; empty without a table
+  std::vector<std::vector<std::int32_t>> budgets_;
   std::vector<float> rotated_queries_;                 ///< klt: [streams][group][head_dim]
   std::vector<std::uint16_t> key_bf16_, key_rotated_;  ///< append(): [streams][head_dim]
 };

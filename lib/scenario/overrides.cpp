@@ -20,7 +20,7 @@ const std::vector<std::string>& scenario_key_paths() {
       k.push_back(std::string("workload.") + w);
     for (const auto& axis : sweep_axis_names()) k.push_back("sweep." + axis);
     for (const char* o : {"outputs.dir", "outputs.formats", "trace.enabled", "trace.steps",
-                          "fathom.klt", "fathom.rule", "fathom.centre_keys"})
+                          "fathom.klt", "fathom.rule", "fathom.centre_keys", "fathom.head_budgets"})
       k.emplace_back(o);
     return k;
   }();

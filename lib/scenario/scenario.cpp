@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "fathom/selector.hpp"
+#include "kernels/fathom/fathom_math.hpp"
 #include "model/capacity_model.hpp"
 #include "model/mode.hpp"
 #include "scenario/overrides.hpp"
@@ -39,6 +40,51 @@ bool is_fathom(Mode m) {
 }
 bool is_hisparse(Mode m) {
   return m == Mode::hisparse || m == Mode::hisparse_fathom;
+}
+
+/// The per-head budgets `quality --calibrated-budgets N --json` wrote for one rule and basis
+/// (calibrated_head_budgets[key]); every error names `where` and the file.
+std::vector<int> read_calibrated_budgets(const std::filesystem::path& path, const std::string& key,
+                                         const std::string& where) {
+  const std::string fix =
+      "write it with 'hisparse-bench quality --calibrated-budgets N --json > FILE' (add the "
+      "scenario's --rule, and --klt for a KLT basis), or list the budgets inline";
+  std::ifstream in(path);
+  if (!in) throw Error(where, fmt::format("cannot read '{}'", path.string()), fix);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where, fmt::format("'{}' is not valid JSON: {}", path.string(), e.what()), fix);
+  }
+  const auto table = j.find("calibrated_head_budgets");
+  if (!j.is_object() || table == j.end() || !table->is_object())
+    throw Error(where, fmt::format("'{}' has no calibrated_head_budgets", path.string()), fix);
+  const auto row = table->find(key);
+  if (row == table->end()) {
+    std::vector<std::string> keys;
+    for (auto it = table->begin(); it != table->end(); ++it) keys.push_back(it.key());
+    throw Error(where,
+                fmt::format("'{}' has no calibrated budgets for '{}' (it has: {})", path.string(),
+                            key, keys.empty() ? "none" : join(keys)),
+                "set fathom.rule and fathom.klt to the study's, or run the study with them");
+  }
+  if (row->is_null())
+    throw Error(where,
+                fmt::format("'{}': the calibrated split for '{}' never reached the 32-channel "
+                            "scan's error, so the study gave no budgets",
+                            path.string(), key),
+                "run the study with larger budgets (quality --budgets) or more calibration steps");
+  std::vector<int> out;
+  if (row->is_array())
+    for (const auto& v : *row)
+      if (v.is_number_integer()) out.push_back(v.get<int>());
+  if (out.empty() || out.size() != row->size())
+    throw Error(where,
+                fmt::format("'{}': calibrated_head_budgets.{} is not a non-empty list of integers",
+                            path.string(), key),
+                fix);
+  return out;
 }
 
 /// Reads typed values from the document and names their place in every error.
@@ -420,13 +466,41 @@ class ScenarioParser {
   void fathom(const YAML::Node& n, FathomSpec& f) {
     if (!n.IsMap())
       throw Error(r_.where("fathom", n), "expected a mapping", "write e.g. 'fathom: {klt: true}'");
-    r_.known_keys(n, "fathom", {"klt", "rule", "centre_keys"});
+    r_.known_keys(n, "fathom", {"klt", "rule", "centre_keys", "head_budgets"});
     if (n["klt"]) f.klt = r_.boolean(n["klt"], "fathom.klt");
     if (n["centre_keys"]) f.centre_keys = r_.boolean(n["centre_keys"], "fathom.centre_keys");
     if (n["rule"])
       f.rule = r_.choice(n["rule"], "fathom.rule", {"paper", "measured"}) == "measured"
                    ? fathom::PlanRule::measured
                    : fathom::PlanRule::paper;
+    if (n["head_budgets"]) head_budgets(n["head_budgets"], f);  // after rule and klt: its key
+  }
+
+  // fathom.head_budgets: a list of budgets, or the quality JSON holding them.
+  void head_budgets(const YAML::Node& n, FathomSpec& f) {
+    const std::string key = "fathom.head_budgets";
+    f.head_budgets_where = r_.where(key, n);
+    constexpr std::int64_t kMaxBudget = kernels::fathom::kPlanes * kernels::fathom::kMaxChannels;
+    if (n.IsSequence()) {
+      if (n.size() == 0)
+        throw Error(f.head_budgets_where, "the list of per-head budgets is empty",
+                    "list one budget per (layer, KV head), or leave the key out");
+      for (const auto& item : n)
+        f.head_budgets.push_back(static_cast<int>(r_.integer(item, key, 0, kMaxBudget)));
+      f.head_budgets_source = "inline";
+      return;
+    }
+    std::filesystem::path path = r_.scalar(n, key, "a list of budgets or a quality JSON file");
+    if (path.is_relative() && !base_dir_.empty()) path = base_dir_ / path;
+    const std::string json_key =
+        std::string(fathom::plan_rule_name(f.rule)) + (f.klt ? "_klt" : "");
+    f.head_budgets = read_calibrated_budgets(path, json_key, f.head_budgets_where);
+    for (const int b : f.head_budgets)
+      if (b < 0 || b > kMaxBudget)
+        throw Error(f.head_budgets_where,
+                    fmt::format("{}: budget {} is outside 0..{}", path.string(), b, kMaxBudget),
+                    "write the file again with hisparse-bench quality --calibrated-budgets N");
+    f.head_budgets_source = fmt::format("{} ({})", path.string(), json_key);
   }
 
   ModelSpec load(const AxisValue& v) { return load_model_named(v.text, v.where, base_dir_); }
@@ -490,6 +564,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
     c.fathom_klt = s.fathom.klt;
     c.fathom_rule = s.fathom.rule;
     c.fathom_centre_keys = s.fathom.centre_keys;
+    c.fathom_head_budgets = s.fathom.head_budgets;
     c.workload = s.workload;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
@@ -555,6 +630,21 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
                       fmt::format("budget_bits {} is above 4 * head_dim = {} of '{}'",
                                   c.budget_bits, max_bits, p.model),
                       fmt::format("use a budget from 0 to {}", max_bits));
+        if (!c.fathom_head_budgets.empty()) {
+          const auto kv = static_cast<std::size_t>(model.gqa.kv_heads);
+          if (c.fathom_head_budgets.size() % kv != 0)
+            throw Error(s.fathom.head_budgets_where,
+                        fmt::format("{} per-head budgets, but '{}' has {} KV heads per layer",
+                                    c.fathom_head_budgets.size(), p.model, kv),
+                        fmt::format("give a multiple of {} budgets (one per KV head, layer by "
+                                    "layer; rows are reused for deeper layers)",
+                                    kv));
+          if (c.fathom_head_budgets.size() / kv > static_cast<std::size_t>(model.layers))
+            throw Error(s.fathom.head_budgets_where,
+                        fmt::format("{} rows of per-head budgets, but '{}' has {} layers",
+                                    c.fathom_head_budgets.size() / kv, p.model, model.layers),
+                        "give at most one row of KV-head budgets per layer");
+        }
       }
     }
     points.push_back(std::move(p));
@@ -679,9 +769,13 @@ nlohmann::json Scenario::to_json() const {
                    {"replay_path", workload.replay_path}};
   j["outputs"] = {{"dir", outputs.dir.string()}, {"formats", outputs.formats}};
   j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
-  j["fathom"] = {{"klt", fathom.klt},
-                 {"rule", fathom::plan_rule_name(fathom.rule)},
-                 {"centre_keys", fathom.centre_keys}};
+  j["fathom"] = {
+      {"klt", fathom.klt},
+      {"rule", fathom::plan_rule_name(fathom.rule)},
+      {"centre_keys", fathom.centre_keys},
+      {"head_budgets",
+       fathom.head_budgets.empty() ? nlohmann::json(nullptr) : nlohmann::json(fathom.head_budgets)},
+      {"head_budgets_source", fathom.head_budgets_source}};
   return j;
 }
 

@@ -42,6 +42,11 @@
 //                               # for models without QK-norm, whose key channels are correlated)
 //     rule: paper               # depth planner: paper | measured (PlanRule, depth_planner.hpp)
 //     centre_keys: false        # quantize keys minus each stream's calibration mean (KeyCentre)
+//     head_budgets: [52, 44]    # a budget per (layer, KV head), layer by layer (rows reused for
+//                               # deeper layers): each KV head plans budget_bits plus its
+//                               # difference from the table's mean; or the path of a
+//                               # `quality --calibrated-budgets N --json` output (its
+//                               # calibrated_head_budgets for this rule and basis) [none]
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -93,6 +98,10 @@ struct FathomSpec {
   bool klt = false;                                 ///< EngineConfig::fathom_klt
   fathom::PlanRule rule = fathom::PlanRule::paper;  ///< EngineConfig::fathom_rule
   bool centre_keys = false;                         ///< EngineConfig::fathom_centre_keys
+  std::vector<int> head_budgets;  ///< EngineConfig::fathom_head_budgets (empty: none)
+  /// Where the table came from: "" (none), "inline", or the quality JSON file and its key.
+  std::string head_budgets_source;
+  std::string head_budgets_where;  ///< "file:line:column: fathom.head_budgets", for messages
 };
 
 /// A combination of swept values that the sweep leaves out (`skip:`): every point whose values

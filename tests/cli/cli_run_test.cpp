@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -55,6 +56,40 @@ TEST(CliRun, WritesThreeParseableFiles) {
   EXPECT_NE(md.find("## mode: sparse-gpu"), std::string::npos) << md;
   EXPECT_NE(md.find("synthetic weights/workload"), std::string::npos);
   EXPECT_NE(md.find("not GPU figures"), std::string::npos);
+}
+
+// The deployment flow of per-head budgets: a quality study writes its calibrated split, and a
+// scenario loads it by path (relative to the scenario file). Each point records the table, and
+// the mean bits stay near the point's budget_bits (every KV head keeps its offset from the mean).
+TEST(CliRun, PerHeadBudgetsFromAQualityStudy) {
+  TempDir dir;
+  fs::create_directories(dir.path);
+  const auto study = run_bench(
+      "quality --kv-heads 2 --tokens 4096 --budgets 32,48,64,96,128 --rule paper "
+      "--calibrated-budgets 8 --centre-keys --json > " +
+      (dir.path / "split.json").string());
+  ASSERT_EQ(study.exit_code, 0) << study.output;
+  const auto split = nlohmann::json::parse(read_text(dir.path / "split.json"));
+  const auto table = split["calibrated_head_budgets"]["paper"];
+  ASSERT_TRUE(table.is_array() && table.size() == 2u) << split.dump();
+  ASSERT_NE(table[0], table[1]) << "the study should split the budget unevenly";
+  std::ofstream(dir.path / "s.yaml")
+      << "name: split\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 512\ntop_k: 64\n"
+         "decode_steps: 1\nwarmup_steps: 0\nsweep: {budget_bits: [32, 64]}\n"
+         "fathom: {head_budgets: split.json}\n";
+  const auto r = run_bench("run " + (dir.path / "s.yaml").string() +
+                           " --backend cpu --quiet --out " + (dir.path / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(read_text(dir.path / "out" / "results.json"));
+  EXPECT_EQ(j["scenario"]["fathom"]["head_budgets"], table);
+  ASSERT_EQ(j["points"].size(), 2u);
+  for (const auto& p : j["points"]) {
+    EXPECT_EQ(p["config"]["fathom_head_budgets"], table);
+    const double bits = p["metrics"]["bits_per_token"].get<double>();
+    const double budget = p["config"]["budget_bits"].get<double>();
+    EXPECT_GE(bits, budget - 1.0) << p.dump();  // planes: budget +- rounding; plus scale bits
+    EXPECT_LE(bits, budget + 1.0 + 0.25 * 32) << p.dump();
+  }
 }
 
 TEST(CliRun, JsonOnStdoutIsTheResultsDocument) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ void fill_both(PlaneStore& cpu, PlaneStore& gpu, const std::vector<std::uint16_t
   }
   stream.synchronize();
 }
+
+/// In a list of budgets: plan with a random budget per KV head (DepthPlanArgs::budgets).
+constexpr int kPerHeadBudgets = -1;
 
 TEST(FathomGpu, QuantizeAndAppendMatchTwinBothLayouts) {
   HISPARSE_REQUIRE_GPU();
@@ -170,7 +174,11 @@ TEST(FathomGpu, MeasuredPlannerMatchesTheTwinExactly) {
     auto qd = to_device(q, "q");
     auto dist_d = to_device(distortion, "read errors");
     auto gain_d = to_device(gain, "read gains");
-    for (int budget : {0, 1, 9, 48, 128, 4 * d}) {
+    std::vector<std::int32_t> per_head(static_cast<std::size_t>(period));
+    for (auto& b : per_head) b = static_cast<std::int32_t>(rng.below(4 * d + 1));
+    per_head.front() = 0;
+    auto per_head_d = to_device(per_head, "budgets");
+    for (int budget : {0, 1, 9, 48, 128, 4 * d, kPerHeadBudgets}) {
       SCOPED_TRACE("head_dim " + std::to_string(d) + ", heads " + std::to_string(heads) +
                    ", budget " + std::to_string(budget));
       auto depths = Buffer<std::uint8_t>::device(static_cast<std::size_t>(streams) * d,
@@ -184,7 +192,8 @@ TEST(FathomGpu, MeasuredPlannerMatchesTheTwinExactly) {
       a.streams = streams;
       a.heads = heads;
       a.channels = d;
-      a.budget = budget;
+      a.budget = budget == kPerHeadBudgets ? 4 * d : budget;
+      a.budgets = budget == kPerHeadBudgets ? per_head_d.device_data() : nullptr;
       a.depths = depths.device_data();
       a.gained_queries = gained.device_data();
       Stream stream(Backend::cuda);
@@ -198,6 +207,7 @@ TEST(FathomGpu, MeasuredPlannerMatchesTheTwinExactly) {
       r.gain = gain.data();
       r.depths = want.data();
       r.gained_queries = want_q.data();
+      if (a.budgets != nullptr) r.budgets = per_head.data();
       kf::depth_plan_measured_ref(r);
       const auto got = to_host(depths.device_data(), want.size(), Backend::cuda);
       ASSERT_EQ(got, want);
@@ -228,7 +238,13 @@ TEST(FathomGpu, PlannerMatchesBisectionTwinOnEveryWidthAndGroup) {
     for (int j = 2; j < std::min(sh.d, 10); ++j) var[j] = var[2];  // equal variances
     auto qd = to_device(q, "q");
     auto vd = to_device(var, "var");
-    for (int budget : {0, 3, 48, 4 * sh.d - 1, 4 * sh.d}) {
+    // A budget per KV head (DepthPlanArgs::budgets): random, 0 and every plane included.
+    std::vector<std::int32_t> per_head(static_cast<std::size_t>(sh.kv));
+    for (auto& b : per_head) b = static_cast<std::int32_t>(rng.below(4 * sh.d + 1));
+    per_head.front() = 0;
+    per_head.back() = 4 * sh.d;
+    auto per_head_d = to_device(per_head, "budgets");
+    for (int budget : {0, 3, 48, 4 * sh.d - 1, 4 * sh.d, kPerHeadBudgets}) {
       SCOPED_TRACE("d " + std::to_string(sh.d) + " heads " + std::to_string(sh.heads) + " budget " +
                    std::to_string(budget));
       const auto n = static_cast<std::size_t>(sh.streams) * sh.d;
@@ -242,7 +258,8 @@ TEST(FathomGpu, PlannerMatchesBisectionTwinOnEveryWidthAndGroup) {
       a.streams = sh.streams;
       a.heads = sh.heads;
       a.channels = sh.d;
-      a.budget = budget;
+      a.budget = budget == kPerHeadBudgets ? 4 * sh.d : budget;
+      a.budgets = budget == kPerHeadBudgets ? per_head_d.device_data() : nullptr;
       a.depths = depths.device_data();
       a.log2_theta = theta.device_data();
       Stream stream(Backend::cuda);
@@ -253,6 +270,7 @@ TEST(FathomGpu, PlannerMatchesBisectionTwinOnEveryWidthAndGroup) {
       kf::DepthPlanArgs r = a;
       r.queries = q.data();
       r.variances = var.data();
+      if (a.budgets != nullptr) r.budgets = per_head.data();
       r.depths = want.data();
       r.log2_theta = want_theta.data();
       kf::depth_plan_bisection_ref(r);
@@ -281,6 +299,9 @@ struct ScanCase {
   /// scales read), as PlanRule::measured plans them. The fused plan is then not checked (the
   /// GPU planner never makes sign reads).
   bool sign_reads = false;
+  /// A budget per KV head (each <= budget): the plan has one variance row per entry (stream s
+  /// uses row s % size), planned with DepthPlanArgs::budgets and fused with plan_budgets.
+  std::vector<std::int32_t> head_budgets = {};
 };
 
 // The first `count[s]` entries of each stream's selection equal the twin's.
@@ -314,7 +335,9 @@ void run_scan_case(const ScanCase& c) {
     gpu.append(s, 1, dev.device_data(), d, 0, c.lengths[s], stream.native());
     stream.synchronize();
   }
-  std::vector<float> q(static_cast<std::size_t>(streams) * c.heads * d), var(d);
+  const auto period = static_cast<std::int32_t>(std::max<std::size_t>(c.head_budgets.size(), 1));
+  std::vector<float> q(static_cast<std::size_t>(streams) * c.heads * d),
+      var(static_cast<std::size_t>(period) * d);
   Rng rng(77);
   for (auto& x : q) x = rng.normal();
   for (auto& v : var) v = std::pow(10.0f, -2.0f * rng.uniform());
@@ -322,6 +345,8 @@ void run_scan_case(const ScanCase& c) {
   kf::DepthPlanArgs p;
   p.queries = q.data();
   p.variances = var.data();
+  p.variance_period = period;
+  p.budgets = c.head_budgets.empty() ? nullptr : c.head_budgets.data();
   p.streams = streams;
   p.heads = c.heads;
   p.channels = d;
@@ -432,11 +457,15 @@ void run_scan_case(const ScanCase& c) {
   if (c.sign_reads) return;
   // The fused plan: every scan block plans its own stream; same depths, same selection.
   auto vard = to_device(var, "variances");
+  auto budgets_d = to_device(
+      c.head_budgets.empty() ? std::vector<std::int32_t>{c.budget} : c.head_budgets, "budgets");
   auto planned = Buffer<std::uint8_t>::device(depths.size(), Backend::cuda, "planned depths");
   kf::PlaneScanArgs fused = a;
   fused.depths = nullptr;
   fused.plan_variances = vard.device_data();
+  fused.plan_variance_period = period;
   fused.plan_budget = c.budget;
+  fused.plan_budgets = c.head_budgets.empty() ? nullptr : budgets_d.device_data();
   fused.planned_depths = planned.device_data();
   fused.scores = nullptr;
   for (int run = 0; run < kf::kScanVariantCount * static_cast<int>(stagings.size()); ++run) {
@@ -547,6 +576,18 @@ TEST(FathomGpu, ScanSelectMatchesTwinWithSignReads) {
   run_scan_case(odd);
 }
 
+// A budget per KV head, planned apart and fused into the scan (staged copy blocks plan too):
+// every stream's depths and selection equal the twin's. The scan is sized for the largest.
+TEST(FathomGpu, ScanSelectMatchesTwinWithPerHeadBudgets) {
+  HISPARSE_REQUIRE_GPU();
+  ScanCase hbm{PlaneLayoutKind::hbm, {5000, 70001, 37, 2048, 9000, 3000}, 4, 512, 96, false};
+  hbm.head_budgets = {96, 8, 48};
+  run_scan_case(hbm);
+  ScanCase host{PlaneLayoutKind::host, {40000, 3333, 100, 65536}, 4, 512, 64, false};
+  host.head_budgets = {0, 64, 30, 41};
+  run_scan_case(host);
+}
+
 // One synthetic KV head of 32K + 11 tokens in a CPU and a CUDA plane store (host layout).
 struct SelectorCase {
   static constexpr int kDim = 128, kHeads = 4;
@@ -573,6 +614,16 @@ TEST(FathomGpu, SelectorOnGpuEqualsSelectorOnCpu) {
   // Greedy (CPU) and bisection (GPU) depths agree away from exact ties; then so do selections.
   ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
   EXPECT_EQ(a, b);
+  // A budget per KV head in place of the configured one (copied to the device per call).
+  const std::vector<std::int32_t> budgets = {72};
+  const auto a72 =
+      on_cpu.select(c.cpu, c.data.query(0), c.kHeads, c.data.variance.data(), 1, nullptr, budgets);
+  const auto b72 =
+      on_gpu.select(c.gpu, c.data.query(0), c.kHeads, c.data.variance.data(), 1, nullptr, budgets);
+  ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
+  EXPECT_EQ(std::accumulate(on_gpu.last_depths().begin(), on_gpu.last_depths().end(), 0), 72);
+  EXPECT_EQ(a72, b72);
+  EXPECT_NE(a72, a);
 }
 
 TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {

@@ -103,6 +103,34 @@ TEST(EngineFathom, SmallerBudgetsScanFewerBytes) {
   EXPECT_LT(b40.plan_active_channels[0], b128.plan_active_channels[0]);
 }
 
+TEST(EngineFathom, HeadBudgetsShiftEachKvHeadsPlan) {
+  // A table with equal budgets shifts nothing: the run is the plain one, bit for bit.
+  EngineConfig flat = config(Mode::fathom, 48, 0);
+  flat.fathom_head_budgets = {30, 30};
+  const Totals plain = run(config(Mode::fathom, 48, 0), 2), same = run(flat, 2);
+  EXPECT_EQ(same.tokens, plain.tokens);
+  EXPECT_EQ(same.attention, plain.attention);
+  EXPECT_EQ(same.scanned, plain.scanned);
+  // Table (0, 100) at budget_bits 10: KV head 0 plans 10 - 50 -> 0 planes, KV head 1 60. Every
+  // plan spends its budget, so the step's planes are 60 per (request, layer), and KV head 0
+  // reads no channel.
+  EngineConfig split = config(Mode::fathom, 10, 0);
+  split.fathom_head_budgets = {0, 100};
+  const Totals t = run(split, 1);
+  const double planes = t.plan_bits[0] - 0.25 * static_cast<double>(t.plan_active_channels[0]);
+  EXPECT_EQ(planes, 60.0 * 2 * kLayers);
+  EXPECT_LE(t.plan_active_channels[0], 2 * kLayers * 32);
+  const Totals even = run(config(Mode::fathom, 10, 0), 1);
+  EXPECT_EQ(even.plan_bits[0] - 0.25 * static_cast<double>(even.plan_active_channels[0]),
+            10.0 * 2 * 2 * kLayers);
+  // A table whose size is not a multiple of the KV heads is refused by the engine too.
+  EngineConfig bad = config(Mode::fathom, 48, 0);
+  bad.fathom_head_budgets = {1, 2, 3};
+  EXPECT_EQ(test::error_message([&] { DecodeEngine engine(load_model("tiny-gqa"), bad); }),
+            "fathom.head_budgets: 3 per-head budgets for a model with 2 KV heads; give 2 budgets "
+            "per layer (one per KV head), layer by layer");
+}
+
 TEST(EngineFathom, EverySelectedRowCrossesTheLink) {
   const Totals t = run(config(Mode::fathom, 48, 0));
   EXPECT_EQ(t.hits + t.misses, 0);

@@ -98,6 +98,68 @@ TEST(FathomPlanner, BadBudgetIsNamed) {
       "budget such as 40, 48, 64, 80 or 128");
 }
 
+TEST(FathomPlanner, PerHeadBudgetsPlanEveryStreamAsAloneWithItsBudget) {
+  // 6 streams over 3 KV heads (stream s uses row s % 3) with budgets (40, 0, 100): planning them
+  // together equals planning each stream alone with its KV head's budget, in both forms.
+  const int d = 64, heads = 2, kv = 3, streams = 6;
+  Rng rng(5);
+  std::vector<float> q(static_cast<std::size_t>(streams) * heads * d),
+      var(static_cast<std::size_t>(kv) * d);
+  for (auto& x : q) x = rng.normal();
+  for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
+  const std::vector<std::int32_t> budgets = {40, 0, 100};
+  kf::DepthPlanArgs a;
+  a.queries = q.data();
+  a.variances = var.data();
+  a.variance_period = kv;
+  a.streams = streams;
+  a.heads = heads;
+  a.channels = d;
+  a.budget = 100;
+  a.budgets = budgets.data();
+  std::vector<std::uint8_t> greedy(static_cast<std::size_t>(streams) * d, 9), bisection = greedy;
+  a.depths = greedy.data();
+  kf::depth_plan_greedy_ref(a);
+  a.depths = bisection.data();
+  kf::depth_plan_bisection_ref(a);
+  for (int s = 0; s < streams; ++s) {
+    const auto at = static_cast<std::size_t>(s) * d;
+    const std::vector<float> qs(q.begin() + static_cast<std::ptrdiff_t>(at * heads),
+                                q.begin() + static_cast<std::ptrdiff_t>((at + d) * heads));
+    const std::vector<float> vs(var.begin() + static_cast<std::ptrdiff_t>((s % kv) * d),
+                                var.begin() + static_cast<std::ptrdiff_t>((s % kv + 1) * d));
+    const auto alone = plan_both(qs, vs, heads, budgets[static_cast<std::size_t>(s % kv)]);
+    const std::vector<std::uint8_t> g(greedy.begin() + static_cast<std::ptrdiff_t>(at),
+                                      greedy.begin() + static_cast<std::ptrdiff_t>(at + d));
+    const std::vector<std::uint8_t> b(bisection.begin() + static_cast<std::ptrdiff_t>(at),
+                                      bisection.begin() + static_cast<std::ptrdiff_t>(at + d));
+    EXPECT_EQ(g, alone.greedy) << "stream " << s;
+    EXPECT_EQ(b, alone.bisection) << "stream " << s;
+    EXPECT_EQ(std::accumulate(g.begin(), g.end(), 0), budgets[static_cast<std::size_t>(s % kv)]);
+  }
+}
+
+TEST(FathomPlanner, HeadBudgetsKeepEachHeadsDifferenceFromTheMean) {
+  // Table of 2 layers x 2 KV heads, mean 48: layer 0 (+4, -4), layer 1 (0, 0); deeper layers
+  // reuse the rows.
+  const std::vector<int> table = {52, 44, 48, 48};
+  EXPECT_EQ(head_budgets(table, 2, 0, 48, 512, "t"), (std::vector<std::int32_t>{52, 44}));
+  EXPECT_EQ(head_budgets(table, 2, 1, 48, 512, "t"), (std::vector<std::int32_t>{48, 48}));
+  EXPECT_EQ(head_budgets(table, 2, 2, 48, 512, "t"), (std::vector<std::int32_t>{52, 44}));
+  EXPECT_EQ(head_budgets(table, 2, 0, 10, 512, "t"), (std::vector<std::int32_t>{14, 6}));
+  // Clamped to 0..max_budget.
+  EXPECT_EQ(head_budgets(table, 2, 0, 2, 512, "t"), (std::vector<std::int32_t>{6, 0}));
+  EXPECT_EQ(head_budgets(table, 2, 0, 30, 32, "t"), (std::vector<std::int32_t>{32, 26}));
+  // A mean of 1.5: 10 - 0.5 and 10 + 0.5 round away from zero.
+  EXPECT_EQ(head_budgets(std::vector<int>{1, 2}, 2, 0, 10, 512, "t"),
+            (std::vector<std::int32_t>{10, 11}));
+  EXPECT_EQ(test::error_message([&] {
+              (void)head_budgets(std::vector<int>{1, 2, 3}, 2, 0, 48, 512, "fathom.head_budgets");
+            }),
+            "fathom.head_budgets: 3 per-head budgets for a model with 2 KV heads; give 2 budgets "
+            "per layer (one per KV head), layer by layer");
+}
+
 TEST(FathomPlanner, ComparisonMethodsAndCosts) {
   const int d = 128, heads = 4;
   std::vector<float> q(static_cast<std::size_t>(heads) * d), var(d, 1.0f);
@@ -193,6 +255,37 @@ TEST(FathomPlannerMeasured, GreedyByErrorPerBitOverTheConvexHull) {
   std::vector<float> gained = q;
   apply_read_gains(gained.data(), 1, 3, reads, plan);
   EXPECT_EQ(gained, (std::vector<float>{2.0f, 1.0f, 0.5f}));
+}
+
+TEST(FathomPlannerMeasured, PerHeadBudgetsPlanEveryStreamAsAloneWithItsBudget) {
+  // 4 streams over 2 read tables with budgets (8, 3): each stream plans as it would alone with
+  // its table's budget (the hand-worked plans of the test above for budgets 8 and 3).
+  PlaneReadCalibration reads;
+  reads.distortion = {1.0f, 0.5f,  0.125f, 0.03125f, 0.0078125f,  //
+                      1.0f, 1.0f,  0.1f,   0.05f,    0.04f,       //
+                      0.1f, 0.09f, 0.05f,  0.04f,    0.035f};
+  reads.gain = std::vector<float>(15, 1.0f);
+  reads.sign_distortion = {1.0f, 1.0f, 0.1f};
+  reads.sign_gain = {1.0f, 1.0f, 1.0f};
+  std::vector<float> distortion, gain;
+  pack_read_tables(std::vector<PlaneReadCalibration>{reads, reads}, 3, distortion, gain);
+  const std::vector<float> q = {1.0f, 1.0f, 2.0f, 1.0f, 1.0f, 2.0f,
+                                1.0f, 1.0f, 2.0f, 1.0f, 1.0f, 2.0f};
+  const std::vector<std::int32_t> budgets = {8, 3};
+  std::vector<std::uint8_t> depths(12, 9);
+  kf::MeasuredPlanArgs a;
+  a.queries = q.data();
+  a.distortion = distortion.data();
+  a.gain = gain.data();
+  a.period = 2;
+  a.streams = 4;
+  a.heads = 1;
+  a.channels = 3;
+  a.budget = 8;
+  a.budgets = budgets.data();
+  a.depths = depths.data();
+  kf::depth_plan_measured_ref(a);
+  EXPECT_EQ(depths, (std::vector<std::uint8_t>{3, 3, 2, 1, 2, 0, 3, 3, 2, 1, 2, 0}));
 }
 
 TEST(FathomPlannerMeasured, SignReadsCostOneBitAndNoScale) {

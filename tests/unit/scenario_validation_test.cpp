@@ -2,6 +2,8 @@
 // problem; fix).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "core/error.hpp"
 #include "scenario/scenario.hpp"
 #include "support/error_message.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse {
 namespace {
@@ -80,6 +83,86 @@ TEST(ScenarioValidation, FathomCentreKeysReachesEveryPointAndTheResults) {
   EXPECT_EQ(
       error_of("name: a\nmodel: tiny-gqa\nfathom: {centre_keys: 2}\n"),
       "s.yaml:3:23: fathom.centre_keys: expected true or false, got '2'; write true or false");
+}
+
+TEST(ScenarioValidation, FathomHeadBudgetsInlineReachEveryPointAndTheResults) {
+  const Scenario s = parse_scenario(
+      "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {head_budgets: [52, 44, 48, 48]}\n",
+      "s.yaml");
+  for (const auto& p : s.expand())
+    EXPECT_EQ(p.config.fathom_head_budgets, (std::vector<int>{52, 44, 48, 48}));
+  EXPECT_EQ(s.to_json()["fathom"]["head_budgets"], nlohmann::json({52, 44, 48, 48}));
+  EXPECT_EQ(s.to_json()["fathom"]["head_budgets_source"], "inline");
+  const Scenario none = parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n", "s.yaml");
+  EXPECT_TRUE(none.expand().front().config.fathom_head_budgets.empty());
+  EXPECT_TRUE(none.to_json()["fathom"]["head_budgets"].is_null());
+  const Scenario set = parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n", "s.yaml",
+                                      {"fathom.head_budgets=[40, 56]"});
+  EXPECT_EQ(set.expand().front().config.fathom_head_budgets, (std::vector<int>{40, 56}));
+  // tiny-gqa has 2 KV heads and 2 layers.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {head_budgets: [1, 2, 3]}\n"),
+            "s.yaml:4:24: fathom.head_budgets: 3 per-head budgets, but 'tiny-gqa' has 2 KV heads "
+            "per layer; give a multiple of 2 budgets (one per KV head, layer by layer; rows are "
+            "reused for deeper layers)");
+  EXPECT_EQ(
+      error_of(
+          "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {head_budgets: [1, 2, 3, 4, 5, 6]}\n"),
+      "s.yaml:4:24: fathom.head_budgets: 3 rows of per-head budgets, but 'tiny-gqa' has 2 "
+      "layers; give at most one row of KV-head budgets per layer");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nfathom: {head_budgets: [1, -2]}\n"),
+            "s.yaml:3:28: fathom.head_budgets: -2 is out of range; use a value from 0 to 1024");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nfathom: {head_budgets: []}\n"),
+            "s.yaml:3:24: fathom.head_budgets: the list of per-head budgets is empty; list one "
+            "budget per (layer, KV head), or leave the key out");
+  // Not a fathom mode: the table is not checked against the model.
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\nmode: dense\nfathom: {head_budgets: [1, 2, 3]}\n"),
+            "no error");
+}
+
+TEST(ScenarioValidation, FathomHeadBudgetsFromAQualityStudysJson) {
+  const test::TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path / name) << text;
+  };
+  write(
+      "q.json",
+      R"({"calibrated_head_budgets": {"paper": [40, 56], "measured": [50, 46], "paper_klt": null}})");
+  write("bad.json", "{not json");
+  write("none.json", R"({"rows": []})");
+  const auto parse = [&](const std::string& fathom) {
+    return parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: " + fathom + "\n",
+                          "s.yaml", {}, dir.path);
+  };
+  const auto error = [&](const std::string& fathom) {
+    return test::error_message([&] { (void)parse(fathom); });
+  };
+  const std::string file = (dir.path / "q.json").string();
+  EXPECT_EQ(parse("{head_budgets: q.json}").expand().front().config.fathom_head_budgets,
+            (std::vector<int>{40, 56}));
+  const Scenario measured = parse("{rule: measured, head_budgets: q.json}");
+  EXPECT_EQ(measured.expand().front().config.fathom_head_budgets, (std::vector<int>{50, 46}));
+  EXPECT_EQ(measured.to_json()["fathom"]["head_budgets_source"], file + " (measured)");
+  const std::string fix =
+      "write it with 'hisparse-bench quality --calibrated-budgets N --json > FILE' (add the "
+      "scenario's --rule, and --klt for a KLT basis), or list the budgets inline";
+  EXPECT_EQ(error("{head_budgets: missing.json}"),
+            "s.yaml:4:24: fathom.head_budgets: cannot read '" +
+                (dir.path / "missing.json").string() + "'; " + fix);
+  EXPECT_EQ(error("{head_budgets: none.json}"), "s.yaml:4:24: fathom.head_budgets: '" +
+                                                    (dir.path / "none.json").string() +
+                                                    "' has no calibrated_head_budgets; " + fix);
+  EXPECT_NE(error("{head_budgets: bad.json}").find("is not valid JSON"), std::string::npos);
+  EXPECT_EQ(error("{klt: true, head_budgets: q.json}"),
+            "s.yaml:4:35: fathom.head_budgets: '" + file +
+                "': the calibrated split for 'paper_klt' never reached the 32-channel scan's "
+                "error, so the study gave no budgets; run the study with larger budgets (quality "
+                "--budgets) or more calibration steps");
+  EXPECT_EQ(error("{klt: true, rule: measured, head_budgets: q.json}"),
+            "s.yaml:4:51: fathom.head_budgets: '" + file +
+                "' has no calibrated budgets for 'measured_klt' (it has: measured, paper, "
+                "paper_klt); set fathom.rule and fathom.klt to the study's, or run the study with "
+                "them");
 }
 
 TEST(ScenarioValidation, FathomKltReachesEveryPointAndTheResults) {
