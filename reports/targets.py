@@ -33,6 +33,11 @@ FUSED = ("#4 planner fused into the scan (fused - given, 128K batch 8)",
          "fathom_scan_plan/given/hbm/budget:48/context:131072/batch:8/", 5)
 
 
+
+def short_revision(rev):
+    """The first 12 hex digits, keeping the "-dirty" mark of a tree that differs from its HEAD."""
+    return rev[:12] + ("-dirty" if rev.endswith("-dirty") else "")
+
 def load(paths, sources):
     """Every case that ran, by name; `sources` gets one provenance line per file."""
     runs = {}
@@ -41,7 +46,7 @@ def load(paths, sources):
             data = json.load(f)
         c = data.get("context", {})
         sources.append(f"{path}: {c.get('hisparse_device', 'device not recorded')}, "
-                       f"git {c.get('hisparse_git_revision', 'unknown')[:12]}, {c.get('date', '')}")
+                       f"git {short_revision(c.get('hisparse_git_revision', 'unknown'))}, {c.get('date', '')}")
         for b in data.get("benchmarks", []):
             if not b.get("error_occurred"):
                 runs[b["name"]] = b

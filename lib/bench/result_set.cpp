@@ -1,11 +1,13 @@
 #include "bench/result_set.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iterator>
 
@@ -63,15 +65,21 @@ nlohmann::json to_json(const DeviceProperties& p) {
 }
 
 std::string git_revision() {
-  const std::string cmd =
-      fmt::format("git -C '{}' rev-parse HEAD 2>/dev/null", std::string(HISPARSE_SOURCE_DIR));
+  const std::string dir(HISPARSE_SOURCE_DIR);
+  const std::string cmd = fmt::format("git -C '{}' rev-parse HEAD 2>/dev/null", dir);
   if (std::FILE* pipe = popen(cmd.c_str(), "r")) {
     std::array<char, 128> buf{};
     std::string out;
     while (std::fgets(buf.data(), buf.size(), pipe)) out += buf.data();
     const int status = pclose(pipe);
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    if (status == 0 && out.size() == 40) return out;
+    if (status != 0 || out.size() != 40) return HISPARSE_GIT_REVISION;
+    // A tree whose tracked files differ from HEAD (work in progress, or a copy of a working tree
+    // on another machine) is not that revision: say so rather than name a commit it is not.
+    const std::string diff = fmt::format("git -C '{}' diff --quiet HEAD -- 2>/dev/null", dir);
+    const int changed = std::system(diff.c_str());
+    if (changed != -1 && WIFEXITED(changed) && WEXITSTATUS(changed) == 1) out += "-dirty";
+    return out;
   }
   return HISPARSE_GIT_REVISION;
 }

@@ -46,8 +46,8 @@ struct RunInfo {
 };
 
 [[nodiscard]] nlohmann::json run_metadata(const RunInfo& info);
-/// `git rev-parse HEAD` of the source tree at run time, else the revision configured into the
-/// build, else "unknown".
+/// `git rev-parse HEAD` of the source tree at run time, with "-dirty" appended when its tracked
+/// files differ from HEAD; else the revision configured into the build, else "unknown".
 [[nodiscard]] std::string git_revision();
 [[nodiscard]] std::string host_name();
 [[nodiscard]] std::string utc_now_iso8601();

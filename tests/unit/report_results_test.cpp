@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "report/atomic_file.hpp"
 #include "report/tables.hpp"
+#include "support/run_command.hpp"
 #include "support/temp_dir.hpp"
 
 namespace hisparse {
@@ -249,8 +250,17 @@ TEST(ReportResults, RunMetadataNamesToolRevisionAndHost) {
   EXPECT_EQ(m["backend"], "cpu");
   EXPECT_EQ(m["device"]["name"], "Test CPU");
   EXPECT_EQ(m["synthetic"]["weights"], true);
+  // The source tree's HEAD, marked "-dirty" exactly when its tracked files differ from it.
   const std::string rev = m["git_revision"];
-  EXPECT_TRUE(rev == "unknown" || rev.size() == 40) << rev;
+  const std::string dir = HISPARSE_SOURCE_DIR;
+  const auto head = test::run_command("git -C '" + dir + "' rev-parse HEAD");
+  if (head.exit_code == 0) {
+    const bool dirty =
+        test::run_command("git -C '" + dir + "' diff --quiet HEAD --").exit_code == 1;
+    EXPECT_EQ(rev, head.output.substr(0, 40) + (dirty ? "-dirty" : "")) << head.output;
+  } else {
+    EXPECT_TRUE(rev == "unknown" || rev.size() == 40) << rev;
+  }
   EXPECT_FALSE(m["host"].get<std::string>().empty());
   EXPECT_EQ(utc_now_iso8601().size(), 20u);
 }
