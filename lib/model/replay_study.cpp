@@ -12,6 +12,49 @@
 namespace hisparse {
 namespace {
 constexpr std::uint64_t kValueSeed = 0x7661'6c75'6573ull;  // synthetic values, per study head
+
+// A study head from float row sources: keys and values [tokens][d] stored as bf16, and the group's
+// queries of steps [0, calibration + test), the first `calibration` held out.
+template <typename Keys, typename Values, typename Queries>
+fathom::SyntheticKeys study_head(fathom::SyntheticKeySpec spec, int kv_head, int kv_heads,
+                                 Keys&& keys, Values&& values, Queries&& queries) {
+  fathom::SyntheticKeys out;
+  out.spec = spec;
+  const auto count =
+      static_cast<std::size_t>(spec.tokens) * static_cast<std::size_t>(spec.channels);
+  std::vector<float> rows(count);
+  keys(rows.data());
+  out.keys.resize(count);
+  std::transform(rows.begin(), rows.end(), out.keys.begin(), float_to_bf16);
+  values(rows.data());
+  out.values.resize(count);
+  std::transform(rows.begin(), rows.end(), out.values.begin(), float_to_bf16);
+  // Step s: calibration for s < calibration_queries, else test step s - that.
+  const auto group_values =
+      static_cast<std::size_t>(spec.heads) * static_cast<std::size_t>(spec.channels);
+  std::vector<float> step(static_cast<std::size_t>(kv_heads) * group_values);
+  for (int s = 0; s < spec.calibration_queries + spec.steps; ++s) {
+    queries(s, step.data());
+    const auto first = step.begin() + static_cast<std::ptrdiff_t>(kv_head * group_values);
+    auto& to = s < spec.calibration_queries ? out.calibration_queries : out.queries;
+    to.insert(to.end(), first, first + static_cast<std::ptrdiff_t>(group_values));
+  }
+  out.variance = fathom::calibration_variance(out.keys.data(), spec.tokens, spec.channels,
+                                              spec.calibration_skip, spec.calibration_tokens);
+  return out;
+}
+
+fathom::SyntheticKeySpec study_spec(std::int64_t tokens, int channels, int group, int test_steps,
+                                    int calibration_steps, std::uint64_t seed) {
+  fathom::SyntheticKeySpec spec;
+  spec.tokens = tokens;
+  spec.channels = channels;
+  spec.heads = group;
+  spec.steps = test_steps;
+  spec.calibration_queries = calibration_steps;
+  spec.seed = seed;
+  return spec;
+}
 }  // namespace
 
 ReplayStudySource::ReplayStudySource(const std::filesystem::path& path, const ModelSpec& model,
@@ -67,42 +110,65 @@ fathom::SyntheticKeys ReplayStudySource::head(int index) const {
                 fmt::format("use 0 to {}", heads() - 1));
   const int layer = layers_[static_cast<std::size_t>(index / kv_heads_)];
   const int kv_head = index % kv_heads_;
-  fathom::SyntheticKeys out;
-  fathom::SyntheticKeySpec& spec = out.spec;
-  spec.tokens = tokens_;
-  spec.channels = head_dim_;
-  spec.heads = group_;
-  spec.steps = test_steps_;
-  spec.calibration_queries = calibration_steps_;
   // Synthetic values follow the head, not its place in the study: the same for any --layers.
-  spec.seed = static_cast<std::uint64_t>(layer) * static_cast<std::uint64_t>(kv_heads_) +
-              static_cast<std::uint64_t>(kv_head);
-  const auto count = static_cast<std::size_t>(tokens_) * static_cast<std::size_t>(head_dim_);
-  std::vector<float> rows(count);
-  capture_->keys(layer, kv_head, 0, tokens_, rows.data());
-  out.keys.resize(count);
-  std::transform(rows.begin(), rows.end(), out.keys.begin(), float_to_bf16);
-  out.values.resize(count);
-  if (capture_->has_values()) {
-    capture_->values(layer, kv_head, 0, tokens_, rows.data());
-    std::transform(rows.begin(), rows.end(), out.values.begin(), float_to_bf16);
-  } else {
-    for (std::size_t i = 0; i < count; ++i)
-      out.values[i] = float_to_bf16(random_normal(kValueSeed + spec.seed, i));
-  }
-  // Step s of the capture: calibration for s < calibration_steps, else test step s - that.
-  const auto per_head = static_cast<std::size_t>(head_dim_);
-  const auto group_values = static_cast<std::size_t>(group_) * per_head;
-  std::vector<float> step(static_cast<std::size_t>(kv_heads_) * group_values);
-  for (int s = 0; s < calibration_steps_ + test_steps_; ++s) {
-    capture_->queries(layer, s, step.data());
-    const auto first = step.begin() + static_cast<std::ptrdiff_t>(kv_head * group_values);
-    auto& to = s < calibration_steps_ ? out.calibration_queries : out.queries;
-    to.insert(to.end(), first, first + static_cast<std::ptrdiff_t>(group_values));
-  }
-  out.variance = fathom::calibration_variance(out.keys.data(), tokens_, head_dim_,
-                                              spec.calibration_skip, spec.calibration_tokens);
-  return out;
+  const auto seed = static_cast<std::uint64_t>(layer) * static_cast<std::uint64_t>(kv_heads_) +
+                    static_cast<std::uint64_t>(kv_head);
+  const auto spec = study_spec(tokens_, head_dim_, group_, test_steps_, calibration_steps_, seed);
+  return study_head(
+      spec, kv_head, kv_heads_,
+      [&](float* out) { capture_->keys(layer, kv_head, 0, tokens_, out); },
+      [&](float* out) {
+        if (capture_->has_values()) return capture_->values(layer, kv_head, 0, tokens_, out);
+        const auto count = static_cast<std::size_t>(tokens_) * static_cast<std::size_t>(head_dim_);
+        for (std::size_t i = 0; i < count; ++i) out[i] = random_normal(kValueSeed + seed, i);
+      },
+      [&](int step, float* out) { capture_->queries(layer, step, out); });
+}
+
+WorkloadStudySource::WorkloadStudySource(const ModelSpec& model, const WorkloadSpec& workload,
+                                         std::int64_t context_length, int test_steps,
+                                         int calibration_steps, const std::string& setting) {
+  if (model.is_mla())
+    throw Error(setting, fmt::format("model {} uses MLA", model.name),
+                "the Fathom quality study needs a GQA model (query heads grouped over KV heads)");
+  workload_ = std::make_unique<const KvWorkload>(model, workload, 1, context_length);
+  layers_ = model.layers;
+  kv_heads_ = model.gqa.kv_heads;
+  group_ = model.gqa.q_heads / model.gqa.kv_heads;
+  head_dim_ = model.gqa.head_dim;
+  tokens_ = context_length;
+  test_steps_ = test_steps;
+  calibration_steps_ = calibration_steps;
+  if (const ReplayCapture* capture = workload_->capture();
+      capture != nullptr && capture->steps() < test_steps + calibration_steps)
+    throw Error(setting,
+                fmt::format("the capture holds {} query steps; the scenario decodes {} and the "
+                            "study holds out {} more for calibration",
+                            capture->steps(), test_steps, calibration_steps),
+                "capture more decode steps, or lower --calibration-steps");
+  notes_ = workload_->notes();
+}
+
+WorkloadStudySource::~WorkloadStudySource() = default;
+
+fathom::SyntheticKeys WorkloadStudySource::head(int index) const {
+  if (index < 0 || index >= heads())
+    throw Error("workload study", fmt::format("head {} of {}", index, heads()),
+                fmt::format("use 0 to {}", heads() - 1));
+  const int layer = index / kv_heads_;
+  const int kv_head = index % kv_heads_;
+  // Steps of the study: the decode run's [0, test) are scored, [test, test + calibration) held
+  // out; study_head takes the held-out ones first.
+  const auto spec = study_spec(tokens_, head_dim_, group_, test_steps_, calibration_steps_,
+                               static_cast<std::uint64_t>(index));
+  return study_head(
+      spec, kv_head, kv_heads_,
+      [&](float* out) { workload_->keys(0, layer, kv_head, 0, tokens_, out); },
+      [&](float* out) { workload_->values(0, layer, kv_head, 0, tokens_, out); },
+      [&](int step, float* out) {
+        const int s = step < calibration_steps_ ? test_steps_ + step : step - calibration_steps_;
+        workload_->queries(0, layer, s, out);
+      });
 }
 
 }  // namespace hisparse

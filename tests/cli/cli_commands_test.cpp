@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -349,6 +351,48 @@ TEST(CliCommands, QualityStudyReplaysACapture) {
   EXPECT_EQ(too_many.output,
             "error: quality study: calibration steps: 5 calibration query steps asked for, 4 are "
             "held out; use at most 4\n");
+}
+
+// --scenario: the study runs on a decode scenario's own workload, one head per (layer, KV head),
+// over the point's context and top_k; its calibrated split has one budget per (layer, KV head).
+TEST(CliCommands, QualityStudyOfAScenariosWorkload) {
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  std::ofstream(dir.path / "s.yaml")
+      << "name: s\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 1024\ndecode_steps: 3\n"
+         "warmup_steps: 1\nsweep: {top_k: [96, 128]}\nfathom: {centre_keys: true}\n";
+  const std::string base = "quality --scenario " + (dir.path / "s.yaml").string() +
+                           " --budgets 16,32,64,128 --rule paper --calibrated-budgets 4 --json";
+  const auto r = run_bench(base + " --point 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["workload"]["generator"], "scenario");
+  EXPECT_EQ(j["workload"]["kv_heads"], 4);  // 2 layers x 2 KV heads
+  EXPECT_EQ(j["workload"]["tokens"], 1024);
+  EXPECT_EQ(j["workload"]["test_steps"], 4);  // warmup + decode steps
+  EXPECT_EQ(j["workload"]["calibration_steps"], 32);
+  EXPECT_EQ(j["top_k"], 128);         // the point's
+  EXPECT_EQ(j["centre_keys"], true);  // the scenario's
+  const auto split = j["calibrated_head_budgets"]["paper"];
+  EXPECT_TRUE(split.is_null() || split.size() == 4u) << split.dump();
+  const auto text = run_bench("quality --scenario " + (dir.path / "s.yaml").string() +
+                              " --budgets 16,64 --rule paper --top-k 64");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("a decode scenario's workload (s, point 0: tiny-gqa, context 1024): "
+                             "2 layers x 2 KV heads x 1024 tokens, 4 query heads x head_dim 32, "
+                             "32 calibration + 4 scored query steps, top_k 64"),
+            std::string::npos)
+      << text.output;
+  const auto point = run_bench(base + " --point 2");
+  EXPECT_EQ(point.exit_code, 2);
+  EXPECT_EQ(point.output,
+            "error: --point: point 2 of 2 points; use 0 to 1 (hisparse-bench validate lists "
+            "them)\n");
+  EXPECT_EQ(run_bench(base + " --replay x").exit_code, 2);
+  const auto alone = run_bench("quality --calibration-steps 4");
+  EXPECT_EQ(alone.output,
+            "error: --calibration-steps: it applies to a capture or a scenario's workload; add "
+            "--replay CAPTURE --model M or --scenario S, or leave it out\n");
 }
 
 // --by-layer: each captured layer's figures are those of a study of that layer alone.

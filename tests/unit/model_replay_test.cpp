@@ -519,5 +519,54 @@ TEST(ReplayStudy, BadChoicesNameTheFlagAndTheFix) {
   EXPECT_EQ(h.calibration_queries[kDim + 3], query_value(1, 0, 5, 3));
 }
 
+// `quality --scenario`: study head i is (model layer i / kv_heads, KV head i % kv_heads) of the
+// scenario's first request. Keys and values are the workload's (as bf16), the test queries are its
+// decode steps 0.., and the held-out calibration queries the steps after them.
+TEST(WorkloadStudy, HeadsAreTheScenariosLayersAndKvHeadsOverItsSteps) {
+  const ModelSpec model = load_model("tiny-gqa");  // 2 layers x 2 KV heads, 4 query heads each
+  WorkloadSpec spec;
+  spec.seed = 9;
+  const WorkloadStudySource source(model, spec, 300, 3, 2, "--scenario");
+  ASSERT_EQ(source.heads(), 4);
+  EXPECT_EQ(source.group(), 4);
+  EXPECT_EQ(source.tokens(), 300);
+  const KvWorkload workload(model, spec, 1, 300);
+  const int d = model.gqa.head_dim;
+  std::vector<float> keys(300 * static_cast<std::size_t>(d)),
+      values = keys, q(static_cast<std::size_t>(model.gqa.q_heads) * d);
+  const auto h = source.head(3);  // layer 1, KV head 1: query heads 4..7
+  workload.keys(0, 1, 1, 0, 300, keys.data());
+  workload.values(0, 1, 1, 0, 300, values.data());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(h.keys[i], float_to_bf16(keys[i])) << i;
+    ASSERT_EQ(h.values[i], float_to_bf16(values[i])) << i;
+  }
+  const auto group_values = static_cast<std::size_t>(4 * d);
+  ASSERT_EQ(h.queries.size(), 3 * group_values);
+  ASSERT_EQ(h.calibration_queries.size(), 2 * group_values);
+  for (int step = 0; step < 5; ++step) {
+    workload.queries(0, 1, step, q.data());
+    const float* got = step < 3 ? h.queries.data() + step * group_values
+                                : h.calibration_queries.data() + (step - 3) * group_values;
+    for (std::size_t i = 0; i < group_values; ++i)
+      ASSERT_EQ(got[i], q[group_values + i]) << "step " << step << " value " << i;
+  }
+  EXPECT_EQ(test::error_message([&] {
+              (void)WorkloadStudySource(load_model("tiny-dsa"), spec, 300, 3, 2, "--scenario");
+            }),
+            "--scenario: model tiny-dsa uses MLA; the Fathom quality study needs a GQA model "
+            "(query heads grouped over KV heads)");
+  // A replayed capture (8 query steps) must hold the decode steps and the held-out ones.
+  WorkloadSpec replay;
+  replay.generator = "replay";
+  replay.replay_path = (fs::path(HISPARSE_TEST_FIXTURES) / "replay" / "tiny-gqa").string();
+  EXPECT_EQ(WorkloadStudySource(model, replay, 192, 3, 5, "--scenario").heads(), 4);
+  EXPECT_EQ(test::error_message(
+                [&] { (void)WorkloadStudySource(model, replay, 192, 3, 6, "--scenario"); }),
+            "--scenario: the capture holds 8 query steps; the scenario decodes 3 and the study "
+            "holds out 6 more for calibration; capture more decode steps, or lower "
+            "--calibration-steps");
+}
+
 }  // namespace
 }  // namespace hisparse

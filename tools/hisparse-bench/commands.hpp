@@ -41,18 +41,24 @@ struct QualityOptions {
   bool centre_keys = false;
   bool float_scores = false;
   std::uint64_t seed = 1;
-  std::string replay;          ///< captured tensors instead of synthetic keys (with `model`)
-  std::string model;           ///< preset or YAML of the model the capture came from
-  std::vector<int> layers;     ///< captured layers studied; empty: all
-  int calibration_steps = -1;  ///< captured steps held out for calibration; -1: half
-  int threads = 0;             ///< KV heads studied at once; 0: every hardware thread
-  bool by_layer = false;       ///< with `replay`: the bits needed per captured layer too
+  std::string replay;       ///< captured tensors instead of synthetic keys (with `model`)
+  std::string model;        ///< preset or YAML of the model the capture came from
+  std::vector<int> layers;  ///< captured layers studied; empty: all
+  /// query steps held out for calibration; -1: half of a capture's, 32 with a scenario
+  int calibration_steps = -1;
+  int threads = 0;        ///< KV heads studied at once; 0: every hardware thread
+  bool by_layer = false;  ///< with `replay`: the bits needed per captured layer too
   /// Also the bits at the fixed scan's error if each KV head took its own budget (the best split
   /// of the same mean bits, knowing every head's error curve: per_head_allocation_bits).
   bool allocation_bound = false;
   /// When positive: also the bits with per-KV-head budgets chosen on this many held-out
   /// calibration query steps and scored on the test queries.
   int calibrated_budgets = 0;
+  /// A decode scenario (name or path) whose workload is studied instead: its point `point` gives
+  /// the model, context, top_k and keys/queries (model layer x KV head = study head).
+  std::string scenario;
+  int point = 0;
+  bool top_k_given = false;  ///< --top-k was given (else a scenario's top_k is used)
 };
 
 /// Tracing flags of `run` and `trace`.

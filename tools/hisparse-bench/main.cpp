@@ -185,13 +185,15 @@ int run_cli(int argc, char** argv) {
           ->add_option("--profile", quality_opts.profile,
                        "Synthetic keys: rope_qk_norm (default) | independent | correlated")
           ->check(CLI::IsMember({"rope_qk_norm", "independent", "correlated"}));
-  quality->add_option("--tokens", quality_opts.tokens,
-                      "Context tokens per KV head (default 8192; with --replay every captured "
-                      "token)");
+  auto* tokens =
+      quality->add_option("--tokens", quality_opts.tokens,
+                          "Context tokens per KV head (default 8192; with --replay every captured "
+                          "token)");
   auto* kv_heads = quality->add_option("--kv-heads", quality_opts.kv_heads,
                                        "KV heads (workload seeds) averaged (default 32)");
-  quality->add_option("--top-k", quality_opts.top_k,
-                      "Selected tokens per query head (default 256)");
+  auto* top_k = quality->add_option(
+      "--top-k", quality_opts.top_k,
+      "Selected tokens per query head (default 256, or the scenario point's top_k)");
   quality
       ->add_option("--budgets", quality_opts.budgets,
                    "Fathom plane-bit budgets, comma-separated (default 32,40,48,56,64,80,96,128)")
@@ -222,10 +224,19 @@ int run_cli(int argc, char** argv) {
                                   "With --replay: captured layers to study, comma-separated "
                                   "(default all)")
                      ->delimiter(',');
-  auto* calibration = quality->add_option(
+  quality->add_option(
       "--calibration-steps", quality_opts.calibration_steps,
       "With --replay: the first N captured query steps calibrate the fixed channel set, the "
-      "others are scored (default half)");
+      "others are scored (default half); with --scenario: the N steps after the decode steps "
+      "(default 32)");
+  auto* study_scenario = quality->add_option(
+      "--scenario", quality_opts.scenario,
+      "Study a decode scenario's own workload (name or path; synthetic or replayed): every model "
+      "layer x KV head of its first request is a study head, over the point's context, top_k and "
+      "decode steps, so --calibrated-budgets gives the table fathom.head_budgets loads");
+  quality->add_option("--point", quality_opts.point, "With --scenario: the sweep point (default 0)")
+      ->needs(study_scenario)
+      ->check(CLI::NonNegativeNumber);
   quality->add_option("--threads", quality_opts.threads,
                       "KV heads studied at once (default 0: every hardware thread, as far as half "
                       "the free host memory holds them); the figures do not depend on it");
@@ -249,7 +260,8 @@ int run_cli(int argc, char** argv) {
   replay->needs(model)->excludes(profile)->excludes(kv_heads)->excludes(seed);
   model->needs(replay);
   layers->needs(replay);
-  calibration->needs(replay);
+  study_scenario->excludes(replay)->excludes(profile)->excludes(kv_heads)->excludes(seed);
+  study_scenario->excludes(tokens)->excludes(by_layer);
   add_json(quality);
   quality->footer(kFooter);
 
@@ -278,7 +290,10 @@ int run_cli(int argc, char** argv) {
   if (*list) return cli::list_command(what, common);
   if (*plan) return cli::plan_command(plan_opts, common);
   if (*info) return cli::info_command(common);
-  if (*quality) return cli::quality_command(quality_opts, common);
+  if (*quality) {
+    quality_opts.top_k_given = top_k->count() > 0;
+    return cli::quality_command(quality_opts, common);
+  }
   return exit_code::bad_input;
 }
 

@@ -28,7 +28,10 @@ using fathom::MethodSpec, fathom::PlanRule, fathom::QualityRow, fathom::ScanMeth
 /// What the study runs on, from the flags: the config, the capture of a replay, and the shape.
 struct QualitySetup {
   fathom::QualityConfig config;
-  std::unique_ptr<ReplayStudySource> replay;  ///< null: synthetic keys
+  std::unique_ptr<ReplayStudySource> replay;      ///< null: synthetic keys
+  std::unique_ptr<WorkloadStudySource> scenario;  ///< --scenario: its workload
+  std::string scenario_label;                     ///< "name (point N: model, context, top_k)"
+  int top_k = 0;
   std::int64_t tokens = 0;
   int channels = 0, query_heads = 0;
   std::vector<PlanRule> rules;
@@ -37,14 +40,43 @@ struct QualitySetup {
 QualitySetup quality_setup(const QualityOptions& q) {
   QualitySetup s;
   fathom::QualityConfig& cfg = s.config;
-  cfg.top_k = q.top_k;
+  s.top_k = q.top_k;
   cfg.klt = q.klt;
   cfg.centre_keys = q.centre_keys;
   cfg.float_scores = q.float_scores;
   if (q.threads < 0)
     throw Error("--threads", fmt::format("{} threads", q.threads),
                 "use 0 (every hardware thread) or a positive count");
-  if (!q.replay.empty()) {
+  if (q.calibration_steps != -1 && q.replay.empty() && q.scenario.empty())
+    throw Error("--calibration-steps", "it applies to a capture or a scenario's workload",
+                "add --replay CAPTURE --model M or --scenario S, or leave it out");
+  if (!q.scenario.empty()) {
+    // Every (model layer, KV head) of the scenario's first request is a study head.
+    const Scenario scenario = load_scenario(find_scenario(q.scenario, "--scenario"));
+    const auto points = scenario.expand();
+    if (q.point >= static_cast<int>(points.size()))
+      throw Error(
+          "--point", fmt::format("point {} of {} points", q.point, points.size()),
+          fmt::format("use 0 to {} (hisparse-bench validate lists them)", points.size() - 1));
+    const SweepPoint& p = points[static_cast<std::size_t>(q.point)];
+    const int calibration = q.calibration_steps < 0 ? 32 : q.calibration_steps;
+    if (calibration < 1)
+      throw Error("--calibration-steps", fmt::format("{} steps", calibration),
+                  "hold out at least 1 step");
+    s.scenario = std::make_unique<WorkloadStudySource>(
+        scenario.models.at(p.model), p.config.workload, p.config.context_length,
+        scenario.warmup_steps + scenario.decode_steps, calibration, "--scenario");
+    cfg.kv_heads = s.scenario->heads();
+    cfg.source = [source = s.scenario.get()](int head) { return source->head(head); };
+    cfg.klt = cfg.klt || scenario.fathom.klt;
+    cfg.centre_keys = cfg.centre_keys || scenario.fathom.centre_keys;
+    if (!q.top_k_given) s.top_k = p.config.top_k;
+    s.tokens = s.scenario->tokens();
+    s.channels = s.scenario->head_dim();
+    s.query_heads = s.scenario->group();
+    s.scenario_label = fmt::format("{}, point {}: {}, context {}", scenario.name, q.point, p.model,
+                                   p.config.context_length);
+  } else if (!q.replay.empty()) {
     // Every (captured layer, KV head) is a study head.
     s.replay = std::make_unique<ReplayStudySource>(q.replay, load_model_named(q.model, "--model"),
                                                    q.tokens, q.calibration_steps, q.layers);
@@ -71,11 +103,12 @@ QualitySetup quality_setup(const QualityOptions& q) {
     s.channels = cfg.workload.channels;
     s.query_heads = cfg.workload.heads;
   }
-  if (q.top_k <= cfg.sinks + cfg.recent || q.top_k > s.tokens / 2)
+  cfg.top_k = s.top_k;
+  if (s.top_k <= cfg.sinks + cfg.recent || s.top_k > s.tokens / 2)
     throw Error("--top-k",
                 fmt::format("top_k {} does not fit {} sinks + {} recent tokens and "
                             "half of {} tokens",
-                            q.top_k, cfg.sinks, cfg.recent, s.tokens),
+                            s.top_k, cfg.sinks, cfg.recent, s.tokens),
                 fmt::format("use {} to {}", cfg.sinks + cfg.recent + 1, s.tokens / 2));
   if (q.budgets.empty())
     throw Error("--budgets", "no budget given", "list plane-bit budgets, e.g. --budgets 32,48,64");
@@ -126,7 +159,10 @@ std::vector<Needed> bits_needed(const std::vector<QualityRow>& rows,
       });
       Needed n{std::string(fathom::plan_rule_name(rule)) + (klt ? "_klt" : ""),
                fmt::format("{} rule{}", fathom::plan_rule_name(rule), klt ? ", KLT basis" : ""),
-               rule, &*fixed, std::nullopt, {}};
+               rule,
+               &*fixed,
+               std::nullopt,
+               {}};
       if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
       needed.push_back(std::move(n));
     }
@@ -147,7 +183,16 @@ nlohmann::json workload_json(const QualityOptions& q, const QualitySetup& s) {
                    {"kv_heads", s.config.kv_heads},
                    {"channels", s.channels},
                    {"query_heads", s.query_heads}};
-  if (const ReplayStudySource* r = s.replay.get()) {
+  if (const WorkloadStudySource* w_source = s.scenario.get()) {
+    w["generator"] = "scenario";
+    w["scenario"] = q.scenario;
+    w["point"] = q.point;
+    w["layers"] = w_source->layers();
+    w["model_kv_heads"] = w_source->kv_heads();
+    w["calibration_steps"] = w_source->calibration_steps();
+    w["test_steps"] = w_source->test_steps();
+    w["notes"] = w_source->notes();
+  } else if (const ReplayStudySource* r = s.replay.get()) {
     w["generator"] = "replay";
     w["replay_path"] = q.replay;
     w["model"] = q.model;
@@ -167,10 +212,17 @@ nlohmann::json workload_json(const QualityOptions& q, const QualitySetup& s) {
 
 void print_header(const QualityOptions& q, const QualitySetup& s,
                   const fathom::AttentionStats& stats) {
-  const std::string options = fmt::format("top_k {}{}{}", q.top_k,
-                                          q.centre_keys ? ", keys centred before quantization" : "",
-                                          q.float_scores ? ", float-weight scores" : "");
-  if (const ReplayStudySource* r = s.replay.get()) {
+  const std::string options = fmt::format(
+      "top_k {}{}{}", s.top_k, s.config.centre_keys ? ", keys centred before quantization" : "",
+      q.float_scores ? ", float-weight scores" : "");
+  if (const WorkloadStudySource* w = s.scenario.get()) {
+    fmt::print(
+        "Fathom quality study, CPU, a decode scenario's workload ({}): {} layers x {} KV heads x "
+        "{} tokens, {} query heads x head_dim {}, {} calibration + {} scored query steps, {}\n",
+        s.scenario_label, w->layers(), w->kv_heads(), s.tokens, s.query_heads, s.channels,
+        w->calibration_steps(), w->test_steps(), options);
+    for (const auto& note : w->notes()) fmt::print("note: {}\n", note);
+  } else if (const ReplayStudySource* r = s.replay.get()) {
     fmt::print(
         "Fathom quality study, CPU, captured keys ({}, model {}): layers {} x {} KV heads x {} "
         "tokens, {} query heads x head_dim {}, {} calibration + {} scored query steps, {}\n",
@@ -235,11 +287,11 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   const bool per_head = q.allocation_bound || q.calibrated_budgets > 0;
   const int group_heads = q.by_layer ? s.replay->kv_heads() : per_head ? 1 : 0;
   const auto study = fathom::quality_study_grouped(s.config, group_heads);
-  const std::vector<Needed> needed = bits_needed(study.rows, s.rules, q.klt);
+  const std::vector<Needed> needed = bits_needed(study.rows, s.rules, s.config.klt);
   std::vector<std::vector<Needed>> layer_needs;
   if (q.by_layer)
     for (const auto& layer_rows : study.groups)
-      layer_needs.push_back(bits_needed(layer_rows, s.rules, q.klt));
+      layer_needs.push_back(bits_needed(layer_rows, s.rules, s.config.klt));
   std::vector<Needed> bounds;  // --allocation-bound: the same rules and bases, heads split
   if (q.allocation_bound)
     for (Needed n : needed) {
@@ -264,8 +316,8 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   if (o.json) {
     nlohmann::json j{{"backend", "cpu"},
                      {"workload", workload_json(q, s)},
-                     {"top_k", q.top_k},
-                     {"centre_keys", q.centre_keys},
+                     {"top_k", s.top_k},
+                     {"centre_keys", s.config.centre_keys},
                      {"float_scores", q.float_scores},
                      {"attention",
                       {{"entropy_nats", stats.entropy},
