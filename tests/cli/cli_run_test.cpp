@@ -103,6 +103,21 @@ TEST(CliRun, JsonOnStdoutIsTheResultsDocument) {
   EXPECT_EQ(j, nlohmann::json::parse(read_text(out.path / "results.json")));
 }
 
+// Points that differ only in a swept budget_bits (or top_k, hot_buffer, policy) say so.
+TEST(CliRun, ProgressLinesNameEverySweptAxis) {
+  TempDir out;
+  const auto r = run_bench("run " + kTiny + " --backend cpu --out " + out.path.string() +
+                           " --set sweep.mode=[fathom] --set sweep.budget_bits=[32,64] --set "
+                           "top_k=64 --set decode_steps=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[1/2] tiny-gqa fathom concurrency=1 context=128 budget_bits=32: "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[2/2] tiny-gqa fathom concurrency=1 context=128 budget_bits=64: "),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(CliRun, HumanOutputIsATableNamingCpuTimings) {
   TempDir out;
   const auto r =

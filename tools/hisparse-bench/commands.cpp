@@ -39,9 +39,16 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// Model, mode, batch and context, then every other swept axis: points that differ only in a
+// swept top_k, hot_buffer, budget_bits or policy must not share a label.
 std::string point_label(const SweepPoint& p) {
-  return fmt::format("{} {} concurrency={} context={}", p.model, name_of(p.config.mode),
-                     p.config.concurrency, p.config.context_length);
+  std::string label =
+      fmt::format("{} {} concurrency={} context={}", p.model, name_of(p.config.mode),
+                  p.config.concurrency, p.config.context_length);
+  for (const auto& [axis, value] : p.axes)
+    if (axis != "model" && axis != "mode" && axis != "concurrency" && axis != "context_length")
+      label += fmt::format(" {}={}", axis, value);
+  return label;
 }
 
 std::size_t ceiling_probe_bytes(Backend b) {
