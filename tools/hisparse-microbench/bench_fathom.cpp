@@ -17,6 +17,8 @@
 //  - fathom_scan_plan/{given|separate|fused}/hbm/budget:48/context:C/batch:8: the scan with depths
 //    planned beforehand, after the planner kernel in the same graph, or planned inside the scan
 //    (PlaneScanArgs::plan_variances); the difference is what planning costs a decode step.
+//  - fathom_scan_head_budgets/spread:S/...: budget 48 on average, KV heads alternating at 48 + S
+//    and 48 - S (fathom.head_budgets), planned in the scan: what a per-head split costs the scan.
 //  - fathom_plan/batch:S: the depth planner for batch x 8 streams at budget 48; us per call of one
 //    graph replay (what a decode step pays) and per launch within 100 back-to-back launches.
 //    fathom_plan_measured/batch:S: the same for PlanRule::measured's planner (read tables
@@ -79,6 +81,10 @@ struct ScanCase {
   bool staged = true;
   int copy_blocks = 0;      ///< staging copy blocks, 0: the default
   int rounds_per_copy = 0;  ///< staging rounds per copy step, 0: the default
+  /// A budget per KV head: even heads plan budget + spread, odd heads budget - spread (the mean
+  /// stays `budget`; DepthPlanArgs::budgets), and the scan is sized for budget + spread.
+  int head_spread = 0;
+  [[nodiscard]] int max_budget() const { return budget + head_spread; }
 };
 
 /// Random queries [streams][heads][d] and per-KV-head variances [kKvHeads][d] spread over three
@@ -171,7 +177,12 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   p.streams = streams;
   p.heads = kGroupHeads;
   p.channels = kHeadDim;
-  p.budget = c.budget;
+  p.budget = c.max_budget();
+  std::vector<std::int32_t> head_budgets(kKvHeads);
+  for (int h = 0; h < kKvHeads; ++h)
+    head_budgets[static_cast<std::size_t>(h)] =
+        c.budget + (h % 2 == 0 ? c.head_spread : -c.head_spread);
+  if (c.head_spread != 0) p.budgets = head_budgets.data();
   p.depths = depths.data();
   kf::depth_plan_bisection_ref(p);
   double plane_bytes = 0, scale_bytes = 0;
@@ -186,6 +197,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   auto d_q = device_copy(q, "queries");
   auto d_depths = device_copy(depths, "depths");
   auto d_var = device_copy(var, "variances");
+  auto d_budgets = device_copy(head_budgets, "budgets per KV head");
   auto d_lengths = device_copy(std::vector<std::int64_t>(streams, c.context), "lengths");
   kf::PlaneScanArgs a;
   a.words = d_words.device_data();
@@ -208,17 +220,19 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
     a.depths = nullptr;
     a.plan_variances = d_var.device_data();
     a.plan_variance_period = kKvHeads;
-    a.plan_budget = c.budget;
+    a.plan_budget = c.max_budget();
+    if (c.head_spread != 0) a.plan_budgets = d_budgets.device_data();
   }
   kf::DepthPlanArgs planner = p;  // the separate planner writes the depths the scan reads
   planner.queries = d_q.device_data();
   planner.variances = d_var.device_data();
+  if (c.head_spread != 0) planner.budgets = d_budgets.device_data();
   planner.depths = d_depths.device_data();
   Stream stream(Backend::cuda);
   fathom::PlaneScan scan(Backend::cuda);
   scan.set_variant(c.variant);
   scan.set_host_staging(c.staged, c.copy_blocks, c.rounds_per_copy);
-  scan.run(a, c.budget, stream.native());  // warm-up; sizes the workspace outside the capture
+  scan.run(a, c.max_budget(), stream.native());  // warm-up; sizes the workspace outside the capture
   stream.synchronize();
   std::vector<std::int32_t> counts(streams);
   copy_bytes(counts.data(), d_count.device_data(), counts.size() * 4, Backend::cuda);
@@ -234,7 +248,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
     if (c.copy_only) {
       kf::launch_plane_stage(a, scan.workspace(), s);
     } else {
-      scan.run(a, c.budget, s);
+      scan.run(a, c.max_budget(), s);
     }
   });
   const double per_call = time_calls(
@@ -252,7 +266,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   const auto& ws = scan.workspace();
   const auto& v = kf::kScanVariants[ws.variant];
   const int resident = kf::plane_scan_resident_blocks(a, ws);
-  const auto smem = kf::plan_scan_shared(a, c.budget, ws.tile_blocks, ws.variant).total;
+  const auto smem = kf::plan_scan_shared(a, c.max_budget(), ws.tile_blocks, ws.variant).total;
   state.counters["variant"] = ws.variant;
   state.counters["resident_warps_per_sm"] = resident * v.threads / 32;
   const std::string source =
@@ -437,6 +451,21 @@ bool register_fathom() {
                               blocks),
                   c);
   }
+  // A budget per KV head (fathom.head_budgets): mean 48, heads at 48 +- spread, planned in the
+  // scan; the tiles are sized for the largest, which is what the spread can cost.
+  for (int spread : {0, 16, 32})
+    for (const ScanCase& shape : {ScanCase{kf::PlaneLayoutKind::hbm, 48, 131072, 8},
+                                  ScanCase{kf::PlaneLayoutKind::hbm, 48, 1048576, 32},
+                                  ScanCase{kf::PlaneLayoutKind::host, 48, 131072, 8},
+                                  ScanCase{kf::PlaneLayoutKind::host, 48, 1048576, 1}}) {
+      ScanCase c = shape;
+      c.plan = ScanCase::Plan::fused;
+      c.head_spread = spread;
+      register_scan(fmt::format("fathom_scan_head_budgets/spread:{}/{}/budget:48/context:{}/"
+                                "batch:{}",
+                                spread, kind_name(c.kind), c.context, c.batch),
+                    c);
+    }
   // What the planner adds to a decode step's scan: given depths (no planner), the planner kernel
   // then the scan, and the plan fused into the scan; 1K tokens make the scan itself short.
   for (std::int64_t context : {1024, 131072})
