@@ -30,8 +30,7 @@ struct QualitySetup {
   fathom::QualityConfig config;
   std::unique_ptr<ReplayStudySource> replay;      ///< null: synthetic keys
   std::unique_ptr<WorkloadStudySource> scenario;  ///< --scenario: its workload
-  std::string scenario_label;                     ///< "name (point N: model, context, top_k)"
-  int top_k = 0;
+  std::string scenario_label;                     ///< "name, point N: model, context C"
   std::int64_t tokens = 0;
   int channels = 0, query_heads = 0;
   std::vector<PlanRule> rules;
@@ -40,7 +39,7 @@ struct QualitySetup {
 QualitySetup quality_setup(const QualityOptions& q) {
   QualitySetup s;
   fathom::QualityConfig& cfg = s.config;
-  s.top_k = q.top_k;
+  cfg.top_k = q.top_k;
   cfg.klt = q.klt;
   cfg.centre_keys = q.centre_keys;
   cfg.float_scores = q.float_scores;
@@ -70,7 +69,7 @@ QualitySetup quality_setup(const QualityOptions& q) {
     cfg.source = [source = s.scenario.get()](int head) { return source->head(head); };
     cfg.klt = cfg.klt || scenario.fathom.klt;
     cfg.centre_keys = cfg.centre_keys || scenario.fathom.centre_keys;
-    if (!q.top_k_given) s.top_k = p.config.top_k;
+    if (!q.top_k_given) cfg.top_k = p.config.top_k;
     s.tokens = s.scenario->tokens();
     s.channels = s.scenario->head_dim();
     s.query_heads = s.scenario->group();
@@ -103,12 +102,11 @@ QualitySetup quality_setup(const QualityOptions& q) {
     s.channels = cfg.workload.channels;
     s.query_heads = cfg.workload.heads;
   }
-  cfg.top_k = s.top_k;
-  if (s.top_k <= cfg.sinks + cfg.recent || s.top_k > s.tokens / 2)
-    throw Error("--top-k",
+  if (cfg.top_k <= cfg.sinks + cfg.recent || cfg.top_k > s.tokens / 2)
+    throw Error(s.scenario && !q.top_k_given ? "--scenario: top_k" : "--top-k",
                 fmt::format("top_k {} does not fit {} sinks + {} recent tokens and "
                             "half of {} tokens",
-                            s.top_k, cfg.sinks, cfg.recent, s.tokens),
+                            cfg.top_k, cfg.sinks, cfg.recent, s.tokens),
                 fmt::format("use {} to {}", cfg.sinks + cfg.recent + 1, s.tokens / 2));
   if (q.budgets.empty())
     throw Error("--budgets", "no budget given", "list plane-bit budgets, e.g. --budgets 32,48,64");
@@ -212,9 +210,10 @@ nlohmann::json workload_json(const QualityOptions& q, const QualitySetup& s) {
 
 void print_header(const QualityOptions& q, const QualitySetup& s,
                   const fathom::AttentionStats& stats) {
-  const std::string options = fmt::format(
-      "top_k {}{}{}", s.top_k, s.config.centre_keys ? ", keys centred before quantization" : "",
-      q.float_scores ? ", float-weight scores" : "");
+  const std::string options =
+      fmt::format("top_k {}{}{}", s.config.top_k,
+                  s.config.centre_keys ? ", keys centred before quantization" : "",
+                  q.float_scores ? ", float-weight scores" : "");
   if (const WorkloadStudySource* w = s.scenario.get()) {
     fmt::print(
         "Fathom quality study, CPU, a decode scenario's workload ({}): {} layers x {} KV heads x "
@@ -316,7 +315,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   if (o.json) {
     nlohmann::json j{{"backend", "cpu"},
                      {"workload", workload_json(q, s)},
-                     {"top_k", s.top_k},
+                     {"top_k", s.config.top_k},
                      {"centre_keys", s.config.centre_keys},
                      {"float_scores", q.float_scores},
                      {"attention",
