@@ -123,6 +123,21 @@ TEST(EngineFathom, HeadBudgetsShiftEachKvHeadsPlan) {
   const Totals even = run(config(Mode::fathom, 10, 0), 1);
   EXPECT_EQ(even.plan_bits[0] - 0.25 * static_cast<double>(even.plan_active_channels[0]),
             10.0 * 2 * 2 * kLayers);
+  // The KLT basis and the measured rule plan per stream too (their bases and read tables are the
+  // plan's period). Table (0, 256) at budget 64: KV head 0 plans nothing, KV head 1 every plane
+  // (192, clamped to 128), so exactly KV head 1's 32 channels per (request, layer) are active.
+  EngineConfig klt = config(Mode::fathom, 64, 0);
+  klt.fathom_head_budgets = {0, 256};
+  klt.fathom_klt = true;
+  const Totals k = run(klt, 1);
+  EXPECT_EQ(k.plan_active_channels[0], 2 * kLayers * 32);
+  EXPECT_EQ(k.plan_bits[0], 2.0 * kLayers * (128 + 0.25 * 32));
+  EngineConfig measured = klt;
+  measured.fathom_klt = false;
+  measured.fathom_rule = fathom::PlanRule::measured;
+  const Totals m = run(measured, 1);  // buys only planes that lower the error: at most these
+  EXPECT_LE(m.plan_active_channels[0], 2 * kLayers * 32);
+  EXPECT_GT(m.plan_active_channels[0], 0);
   // A table whose size is not a multiple of the KV heads is refused by the engine too.
   EngineConfig bad = config(Mode::fathom, 48, 0);
   bad.fathom_head_budgets = {1, 2, 3};
