@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <iostream>
 #include <string>
 
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "model/decode_engine.hpp"
+#include "model/weights.hpp"
 #include "support/error_message.hpp"
 
 namespace hisparse {
@@ -104,9 +107,20 @@ TEST(ModelEngine, ImpossibleConfigsThrowClearErrors) {
   EXPECT_EQ(
       error_of("tiny-gqa", c),
       "top_k: must not be negative, got -3; use 0 for the model's default or a positive count");
-  EXPECT_EQ(error_of("qwen3-8b", EngineConfig{}).find("model qwen3-8b: its float weights need "),
-            0u)
-      << error_of("qwen3-8b", EngineConfig{});
+  // A model whose float weights exceed half the host's memory is refused before any is built.
+  // Whether qwen3-8b (about 33 GB of floats) is such a model depends on the host: on one with
+  // more memory the engine would build it (minutes), so the check runs only where it must fail.
+  const ModelSpec big = load_model("qwen3-8b");
+  std::size_t floats = 0;
+  for (const auto& t : expected_tensors(big)) floats += static_cast<std::size_t>(t.elements());
+  const std::size_t ram = Device::cpu().properties().total_memory;
+  if (ram > 0 && floats * sizeof(float) > ram / 2) {
+    EXPECT_EQ(error_of("qwen3-8b", EngineConfig{}).find("model qwen3-8b: its float weights need "),
+              0u)
+        << error_of("qwen3-8b", EngineConfig{});
+  } else {
+    std::cout << "qwen3-8b's float weights fit this host's memory: its refusal is not checked\n";
+  }
 }
 
 TEST(ModelEngine, QuickScenarioSizeRunsFast) {
