@@ -383,6 +383,13 @@ TEST(CliCommands, QualityStudyOfAScenariosWorkload) {
                              "32 calibration + 4 scored query steps, top_k 64"),
             std::string::npos)
       << text.output;
+  // --by-layer: one row per model layer, over its 2 KV heads.
+  const auto layers = run_bench("quality --scenario " + (dir.path / "s.yaml").string() +
+                                " --budgets 16,32,64,128 --rule paper --by-layer --json");
+  ASSERT_EQ(layers.exit_code, 0) << layers.output;
+  const auto by_layer = nlohmann::json::parse(layers.output)["layers"];
+  ASSERT_EQ(by_layer.size(), 2u) << layers.output;
+  EXPECT_EQ(by_layer[1]["layer"], 1);
   const auto point = run_bench(base + " --point 2");
   EXPECT_EQ(point.exit_code, 2);
   EXPECT_EQ(point.output,
@@ -435,7 +442,8 @@ TEST(CliCommands, QualityStudyByLayerEqualsEachLayerAlone) {
   EXPECT_NE(text.output.find("| layer | 32-channel scan error | paper rule |"), std::string::npos)
       << text.output;
   EXPECT_EQ(run_bench("quality --by-layer").output,
-            "error: --by-layer requires --replay; run 'hisparse-bench --help'\n");
+            "error: --by-layer: it applies to a capture or a scenario's workload; add --replay "
+            "CAPTURE --model M or --scenario S, or leave it out\n");
 }
 
 TEST(CliCommands, HelpDocumentsExitStatus) {

@@ -242,8 +242,8 @@ int run_cli(int argc, char** argv) {
                       "the free host memory holds them); the figures do not depend on it");
   auto* by_layer = quality->add_flag(
       "--by-layer", quality_opts.by_layer,
-      "With --replay: also the bits each rule needs per captured layer, over its KV heads alone");
-  by_layer->needs(replay);
+      "With --replay or --scenario: also the bits each rule needs per layer, over its KV heads "
+      "alone");
   quality
       ->add_flag("--allocation-bound", quality_opts.allocation_bound,
                  "Also the bits Fathom would need if each KV head took its own budget: the best "
@@ -261,7 +261,7 @@ int run_cli(int argc, char** argv) {
   model->needs(replay);
   layers->needs(replay);
   study_scenario->excludes(replay)->excludes(profile)->excludes(kv_heads)->excludes(seed);
-  study_scenario->excludes(tokens)->excludes(by_layer);
+  study_scenario->excludes(tokens);
   add_json(quality);
   quality->footer(kFooter);
 

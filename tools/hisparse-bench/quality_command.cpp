@@ -31,6 +31,9 @@ struct QualitySetup {
   std::unique_ptr<ReplayStudySource> replay;      ///< null: synthetic keys
   std::unique_ptr<WorkloadStudySource> scenario;  ///< --scenario: its workload
   std::string scenario_label;                     ///< "name, point N: model, context C"
+  /// A capture's or a scenario's layers, in study-head order (each holds `layer_kv_heads` heads).
+  std::vector<int> layers;
+  int layer_kv_heads = 0;
   std::int64_t tokens = 0;
   int channels = 0, query_heads = 0;
   std::vector<PlanRule> rules;
@@ -46,9 +49,11 @@ QualitySetup quality_setup(const QualityOptions& q) {
   if (q.threads < 0)
     throw Error("--threads", fmt::format("{} threads", q.threads),
                 "use 0 (every hardware thread) or a positive count");
-  if (q.calibration_steps != -1 && q.replay.empty() && q.scenario.empty())
-    throw Error("--calibration-steps", "it applies to a capture or a scenario's workload",
-                "add --replay CAPTURE --model M or --scenario S, or leave it out");
+  for (const auto& [flag, given] : {std::pair{"--calibration-steps", q.calibration_steps != -1},
+                                    std::pair{"--by-layer", q.by_layer}})
+    if (given && q.replay.empty() && q.scenario.empty())
+      throw Error(flag, "it applies to a capture or a scenario's workload",
+                  "add --replay CAPTURE --model M or --scenario S, or leave it out");
   if (!q.scenario.empty()) {
     // Every (model layer, KV head) of the scenario's first request is a study head.
     const Scenario scenario = load_scenario(find_scenario(q.scenario, "--scenario"));
@@ -73,6 +78,8 @@ QualitySetup quality_setup(const QualityOptions& q) {
     s.tokens = s.scenario->tokens();
     s.channels = s.scenario->head_dim();
     s.query_heads = s.scenario->group();
+    for (int l = 0; l < s.scenario->layers(); ++l) s.layers.push_back(l);
+    s.layer_kv_heads = s.scenario->kv_heads();
     s.scenario_label = fmt::format("{}, point {}: {}, context {}", scenario.name, q.point, p.model,
                                    p.config.context_length);
   } else if (!q.replay.empty()) {
@@ -84,6 +91,8 @@ QualitySetup quality_setup(const QualityOptions& q) {
     s.tokens = s.replay->tokens();
     s.channels = s.replay->head_dim();
     s.query_heads = s.replay->group();
+    s.layers = s.replay->layers();
+    s.layer_kv_heads = s.replay->kv_heads();
   } else {
     s.tokens = q.tokens == 0 ? 8192 : q.tokens;
     if (s.tokens < 1024 || s.tokens > (std::int64_t{1} << 22))
@@ -254,11 +263,10 @@ void print_needed(const std::vector<Needed>& needed) {
   }
 }
 
-/// --by-layer: one row per captured layer, the figures over its KV heads alone.
-void print_layers(const ReplayStudySource& replay,
-                  const std::vector<std::vector<Needed>>& layer_needs) {
+/// --by-layer: one row per layer of the capture or scenario, the figures over its KV heads alone.
+void print_layers(const QualitySetup& s, const std::vector<std::vector<Needed>>& layer_needs) {
   fmt::print("\nper layer (its {} KV heads alone): bits at its 32-channel scan's error\n\n",
-             replay.kv_heads());
+             s.layer_kv_heads);
   std::string header = "| layer | 32-channel scan error |", rule_line = "| ---: | ---: |";
   for (const Needed& n : layer_needs.front()) {
     header += fmt::format(" {} |", n.label);
@@ -266,8 +274,8 @@ void print_layers(const ReplayStudySource& replay,
   }
   fmt::print("{}\n{}\n", header, rule_line);
   for (std::size_t g = 0; g < layer_needs.size(); ++g) {
-    std::string line = fmt::format("| {} | {:.5f} |", replay.layers()[g],
-                                   layer_needs[g].front().fixed->attention_error);
+    std::string line =
+        fmt::format("| {} | {:.5f} |", s.layers[g], layer_needs[g].front().fixed->attention_error);
     for (const Needed& n : layer_needs[g])
       line += n.bits
                   ? fmt::format(" {:.1f} ({:.3f}x) |", *n.bits, *n.bits / n.fixed->bits_per_token)
@@ -284,7 +292,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
   // Groups: each captured layer's KV heads (--by-layer), or each KV head (--allocation-bound,
   // --calibrated-budgets).
   const bool per_head = q.allocation_bound || q.calibrated_budgets > 0;
-  const int group_heads = q.by_layer ? s.replay->kv_heads() : per_head ? 1 : 0;
+  const int group_heads = q.by_layer ? s.layer_kv_heads : per_head ? 1 : 0;
   const auto study = fathom::quality_study_grouped(s.config, group_heads);
   const std::vector<Needed> needed = bits_needed(study.rows, s.rules, s.config.klt);
   std::vector<std::vector<Needed>> layer_needs;
@@ -341,7 +349,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
       j["workload"]["budget_calibration_steps"] = q.calibrated_budgets;
     }
     for (std::size_t g = 0; g < layer_needs.size(); ++g)
-      j["layers"].push_back({{"layer", s.replay->layers()[g]},
+      j["layers"].push_back({{"layer", s.layers[g]},
                              {"fixed32_error", layer_needs[g].front().fixed->attention_error},
                              {"bits_at_fixed32_error", bits_json(layer_needs[g])}});
     print_json(j);
@@ -372,7 +380,7 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
           n.label, b.front(), b[b.size() / 2], b.back());
     }
   }
-  if (!layer_needs.empty()) print_layers(*s.replay, layer_needs);
+  if (!layer_needs.empty()) print_layers(s, layer_needs);
   return exit_code::ok;
 }
 
