@@ -74,11 +74,14 @@ std::vector<std::int32_t> head_budgets(std::span<const int> table, int kv_heads,
   double mean = 0;
   for (const int t : table) mean += t;
   mean /= static_cast<double>(table.size());
+  if (mean <= 0)
+    throw Error(where, "every per-head budget is 0, so the table says nothing about a split",
+                "give the heads' calibrated budgets (positive numbers)");
   const std::size_t rows = table.size() / static_cast<std::size_t>(kv_heads);
   const std::size_t row = static_cast<std::size_t>(layer) % rows;
   std::vector<std::int32_t> out(static_cast<std::size_t>(kv_heads));
   for (std::size_t g = 0; g < out.size(); ++g) {
-    const double b = std::round(budget + table[row * out.size() + g] - mean);
+    const double b = std::round(budget * (table[row * out.size() + g] / mean));
     out[g] = static_cast<std::int32_t>(std::clamp(b, 0.0, static_cast<double>(max_budget)));
   }
   return out;

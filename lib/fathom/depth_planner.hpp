@@ -135,11 +135,12 @@ void check_budget(int budget, int channels, const std::string& where);
 /// Budgets of one layer's KV heads from a per-head budget table (e.g. `quality
 /// --calibrated-budgets`' calibrated_head_budgets): `table` holds [rows][kv_heads] budgets layer
 /// by layer, and model layer `layer` uses row layer % rows. At mean budget `budget` each head
-/// keeps its table difference from the table's mean: round(budget + t - mean(table)), clamped to
-/// 0..max_budget. Why differences, not ratios: when a head's error falls by a constant factor per
-/// plane (error ~ c_h 4^-b), the split with equal marginal gains gives every head the same offset
-/// from the mean at any budget. Throws Error naming `where` for an empty table or one whose size
-/// is not a multiple of kv_heads.
+/// keeps its share of the table: round(budget x t / mean(table)), clamped to 0..max_budget. Why
+/// shares, not differences from the mean: heads differ mostly in how many channels carry their
+/// scores, and a water-filling split grows each head's planes with that count; in decode runs on
+/// a synthetic capture, shares beat equal budgets both below and above the calibrated mean, while
+/// differences starved the small heads below it (README "A budget per KV head"). Throws Error
+/// naming `where` for an empty or all-zero table, or one whose size is not a multiple of kv_heads.
 [[nodiscard]] std::vector<std::int32_t> head_budgets(std::span<const int> table, int kv_heads,
                                                      int layer, int budget, int max_budget,
                                                      const std::string& where);

@@ -58,7 +58,7 @@ struct EngineConfig {
   fathom::PlanRule fathom_rule = fathom::PlanRule::paper;
   bool fathom_centre_keys = false;  ///< fathom modes: keys minus their calibration mean (KeyCentre)
   /// fathom modes, optional: a budget per (layer, KV head), layer by layer (rows reused for
-  /// deeper layers); each KV head plans budget_bits plus its difference from the table's mean
+  /// deeper layers); each KV head plans budget_bits times its share of the table's mean
   /// (fathom::head_budgets)
   std::vector<int> fathom_head_budgets;
   std::string policy = "lru";  ///< hot-buffer replacement (analysis): lru|fifo|random|belady

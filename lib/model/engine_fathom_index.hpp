@@ -33,7 +33,7 @@ struct FathomIndexShape {
   /// tokens as the variances), before any KLT rotation. Selections see the same rankings.
   bool centre_keys = false;
   /// Optional per-(layer, KV head) budget table, layer by layer (fathom::head_budgets): each
-  /// stream plans its KV head's difference from the table's mean added to the selector's budget.
+  /// stream plans the selector's budget times its KV head's share of the table's mean.
   /// Streams are request-major: stream s is KV head s % kv_heads.
   std::vector<int> head_budgets;
   int kv_heads = 1;

@@ -43,8 +43,8 @@
 //     rule: paper               # depth planner: paper | measured (PlanRule, depth_planner.hpp)
 //     centre_keys: false        # quantize keys minus each stream's calibration mean (KeyCentre)
 //     head_budgets: [52, 44]    # a budget per (layer, KV head), layer by layer (rows reused for
-//                               # deeper layers): each KV head plans budget_bits plus its
-//                               # difference from the table's mean; or the path of a
+//                               # deeper layers): each KV head plans budget_bits times its
+//                               # table budget / the table's mean; or the path of a
 //                               # `quality --calibrated-budgets N --json` output (its
 //                               # calibrated_head_budgets for this rule and basis) [none]
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)

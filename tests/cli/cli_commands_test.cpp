@@ -402,6 +402,34 @@ TEST(CliCommands, QualityStudyOfAScenariosWorkload) {
             "--replay CAPTURE --model M or --scenario S, or leave it out\n");
 }
 
+// `capture` writes the study's generator for a model's shape; a decode scenario replays it.
+TEST(CliCommands, CaptureWritesAReplayableSyntheticWorkload) {
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const std::string cap = (dir.path / "cap").string();
+  const auto r = run_bench("capture --model tiny-gqa --out " + cap +
+                           " --tokens 1024 --steps 2 --calibration-steps 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["layers"], 2);
+  EXPECT_EQ(j["kv_heads"], 2);
+  EXPECT_EQ(j["head_dim"], 32);
+  EXPECT_EQ(j["tokens"], 1024);
+  EXPECT_EQ(j["steps"], 5);
+  EXPECT_TRUE(std::filesystem::exists(dir.path / "cap" / "layers.1.q.npy"));
+  std::ofstream(dir.path / "s.yaml")
+      << "name: s\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 512\ntop_k: 64\n"
+         "decode_steps: 2\nwarmup_steps: 0\nworkload: {generator: replay, replay_path: cap}\n";
+  const auto run = run_bench("run " + (dir.path / "s.yaml").string() + " --backend cpu --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto metrics = nlohmann::json::parse(run.output)["points"][0]["metrics"];
+  EXPECT_GT(metrics["attention_rel_error"].get<double>(), 0.0) << metrics.dump();
+  EXPECT_EQ(run_bench("capture --model tiny-dsa --out " + cap).output,
+            "error: capture --out: model tiny-dsa uses MLA; synthetic captures are written for GQA "
+            "models (query heads grouped over KV heads)\n");
+  EXPECT_EQ(run_bench("capture --model tiny-gqa --out " + cap + " --tokens 10").exit_code, 2);
+}
+
 // --by-layer: each captured layer's figures are those of a study of that layer alone.
 TEST(CliCommands, QualityStudyByLayerEqualsEachLayerAlone) {
   // A 2-layer tiny-gqa capture (2 KV heads, 512 tokens, 6 query steps) of seeded normal keys with

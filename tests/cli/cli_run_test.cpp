@@ -60,7 +60,7 @@ TEST(CliRun, WritesThreeParseableFiles) {
 
 // The deployment flow of per-head budgets: a quality study writes its calibrated split, and a
 // scenario loads it by path (relative to the scenario file). Each point records the table, and
-// the mean bits stay near the point's budget_bits (every KV head keeps its offset from the mean).
+// the mean bits stay near the point's budget_bits (every KV head keeps its share of the mean).
 TEST(CliRun, PerHeadBudgetsFromAQualityStudy) {
   TempDir dir;
   fs::create_directories(dir.path);

@@ -72,7 +72,8 @@ TEST(F16, RoundTripAndRounding) {
   EXPECT_EQ(float_to_f16(65519.0f), 0x7bff);
   EXPECT_EQ(float_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // tie to even
   EXPECT_EQ(float_to_f16(5.9604644775390625e-8f), 0x0001);
-  EXPECT_EQ(float_to_f16(2.98023223876953125e-8f), 0x0000);  // half the smallest subnormal: tie to 0
+  EXPECT_EQ(float_to_f16(2.98023223876953125e-8f),
+            0x0000);  // half the smallest subnormal: tie to 0
 }
 
 TEST(DType, ParsesNamesAndRejectsUnknown) {

@@ -111,21 +111,22 @@ TEST(EngineFathom, HeadBudgetsShiftEachKvHeadsPlan) {
   EXPECT_EQ(same.tokens, plain.tokens);
   EXPECT_EQ(same.attention, plain.attention);
   EXPECT_EQ(same.scanned, plain.scanned);
-  // Table (0, 100) at budget_bits 10: KV head 0 plans 10 - 50 -> 0 planes, KV head 1 60. Every
-  // plan spends its budget, so the step's planes are 60 per (request, layer), and KV head 0
-  // reads no channel.
-  EngineConfig split = config(Mode::fathom, 10, 0);
-  split.fathom_head_budgets = {0, 100};
+  // Table (10, 30) at budget_bits 20 (mean 20): KV head 0 plans 10 planes, KV head 1 30. Every
+  // plan spends its budget, so the step's planes are 40 per (request, layer), as with equal
+  // budgets, but the plans differ.
+  EngineConfig split = config(Mode::fathom, 20, 0);
+  split.fathom_head_budgets = {10, 30};
   const Totals t = run(split, 1);
   const double planes = t.plan_bits[0] - 0.25 * static_cast<double>(t.plan_active_channels[0]);
-  EXPECT_EQ(planes, 60.0 * 2 * kLayers);
+  EXPECT_EQ(planes, 40.0 * 2 * kLayers);
   EXPECT_LE(t.plan_active_channels[0], 2 * kLayers * 32);
-  const Totals even = run(config(Mode::fathom, 10, 0), 1);
+  const Totals even = run(config(Mode::fathom, 20, 0), 1);
   EXPECT_EQ(even.plan_bits[0] - 0.25 * static_cast<double>(even.plan_active_channels[0]),
-            10.0 * 2 * 2 * kLayers);
+            20.0 * 2 * 2 * kLayers);
+  EXPECT_NE(t.scanned, even.scanned);
   // The KLT basis and the measured rule plan per stream too (their bases and read tables are the
   // plan's period). Table (0, 256) at budget 64: KV head 0 plans nothing, KV head 1 every plane
-  // (192, clamped to 128), so exactly KV head 1's 32 channels per (request, layer) are active.
+  // (128), so exactly KV head 1's 32 channels per (request, layer) are active.
   EngineConfig klt = config(Mode::fathom, 64, 0);
   klt.fathom_head_budgets = {0, 256};
   klt.fathom_klt = true;

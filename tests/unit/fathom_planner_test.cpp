@@ -139,25 +139,30 @@ TEST(FathomPlanner, PerHeadBudgetsPlanEveryStreamAsAloneWithItsBudget) {
   }
 }
 
-TEST(FathomPlanner, HeadBudgetsKeepEachHeadsDifferenceFromTheMean) {
-  // Table of 2 layers x 2 KV heads, mean 48: layer 0 (+4, -4), layer 1 (0, 0); deeper layers
+TEST(FathomPlanner, HeadBudgetsKeepEachHeadsShareOfTheMean) {
+  // Table of 2 layers x 2 KV heads, mean 48: layer 0 (52, 44), layer 1 (48, 48); deeper layers
   // reuse the rows.
   const std::vector<int> table = {52, 44, 48, 48};
   EXPECT_EQ(head_budgets(table, 2, 0, 48, 512, "t"), (std::vector<std::int32_t>{52, 44}));
   EXPECT_EQ(head_budgets(table, 2, 1, 48, 512, "t"), (std::vector<std::int32_t>{48, 48}));
   EXPECT_EQ(head_budgets(table, 2, 2, 48, 512, "t"), (std::vector<std::int32_t>{52, 44}));
-  EXPECT_EQ(head_budgets(table, 2, 0, 10, 512, "t"), (std::vector<std::int32_t>{14, 6}));
-  // Clamped to 0..max_budget.
-  EXPECT_EQ(head_budgets(table, 2, 0, 2, 512, "t"), (std::vector<std::int32_t>{6, 0}));
-  EXPECT_EQ(head_budgets(table, 2, 0, 30, 32, "t"), (std::vector<std::int32_t>{32, 26}));
-  // A mean of 1.5: 10 - 0.5 and 10 + 0.5 round away from zero.
+  // Half the mean, half of each: 24 x 52 / 48 = 26, 24 x 44 / 48 = 22.
+  EXPECT_EQ(head_budgets(table, 2, 0, 24, 512, "t"), (std::vector<std::int32_t>{26, 22}));
+  EXPECT_EQ(head_budgets(table, 2, 0, 0, 512, "t"), (std::vector<std::int32_t>{0, 0}));
+  // 30 x 52 / 48 = 32.5 and 30 x 44 / 48 = 27.5 round away from zero; then clamped to 32.
+  EXPECT_EQ(head_budgets(table, 2, 0, 30, 32, "t"), (std::vector<std::int32_t>{32, 28}));
   EXPECT_EQ(head_budgets(std::vector<int>{1, 2}, 2, 0, 10, 512, "t"),
-            (std::vector<std::int32_t>{10, 11}));
+            (std::vector<std::int32_t>{7, 13}));  // 6.67 and 13.33
   EXPECT_EQ(test::error_message([&] {
               (void)head_budgets(std::vector<int>{1, 2, 3}, 2, 0, 48, 512, "fathom.head_budgets");
             }),
             "fathom.head_budgets: 3 per-head budgets for a model with 2 KV heads; give 2 budgets "
             "per layer (one per KV head), layer by layer");
+  EXPECT_EQ(test::error_message([&] {
+              (void)head_budgets(std::vector<int>{0, 0}, 2, 0, 48, 512, "fathom.head_budgets");
+            }),
+            "fathom.head_budgets: every per-head budget is 0, so the table says nothing about a "
+            "split; give the heads' calibrated budgets (positive numbers)");
 }
 
 TEST(FathomPlanner, ComparisonMethodsAndCosts) {

@@ -20,6 +20,7 @@
 #include "model/replay_capture.hpp"
 #include "model/replay_study.hpp"
 #include "model/safetensors.hpp"
+#include "model/synthetic_capture.hpp"
 #include "support/error_message.hpp"
 #include "support/run_command.hpp"
 #include "support/temp_dir.hpp"
@@ -517,6 +518,52 @@ TEST(ReplayStudy, BadChoicesNameTheFlagAndTheFix) {
   EXPECT_EQ(bf16_to_float(h.keys[5 * kDim + 7]), key_value(1, 1, 5, 7));
   EXPECT_EQ(h.queries[0], query_value(1, 1, 4, 0));
   EXPECT_EQ(h.calibration_queries[kDim + 3], query_value(1, 0, 5, 3));
+}
+
+// `hisparse-bench capture`: the study's generator written for a model's shape, one file per layer.
+// Replayed, it is the synthetic study of layers x KV heads heads, row for row and number for number.
+TEST(SyntheticCapture, ReplayedItIsTheSyntheticStudy) {
+  fathom::QualityConfig synthetic;
+  synthetic.workload.channels = kDim;
+  synthetic.workload.heads = kQ / kKv;
+  synthetic.workload.tokens = 2048;
+  synthetic.workload.steps = 2;
+  synthetic.workload.calibration_queries = 3;
+  synthetic.kv_heads = 2 * kKv;  // tiny-gqa: 2 layers x 2 KV heads
+  synthetic.top_k = 64;
+  const ReplayDir d("synthetic_capture");
+  fathom::SyntheticKeySpec spec = synthetic.workload;
+  spec.channels = 7;  // taken from the model
+  const SyntheticCaptureSummary written =
+      write_synthetic_capture(d.path(), load_model("tiny-gqa"), spec, "capture --out");
+  EXPECT_EQ(written.layers, 2);
+  EXPECT_EQ(written.kv_heads, kKv);
+  EXPECT_EQ(written.head_dim, kDim);
+  EXPECT_EQ(written.steps, 5);
+  EXPECT_EQ(written.bytes, fs::file_size(d.path() / "layers.0.k.npy") * 2 +
+                               fs::file_size(d.path() / "layers.0.v.npy") * 2 +
+                               fs::file_size(d.path() / "layers.1.q.npy") * 2);
+  const ReplayStudySource source(d.path(), load_model("tiny-gqa"), 0, 3);
+  ASSERT_EQ(source.heads(), 2 * kKv);
+  EXPECT_TRUE(source.captured_values());
+  fathom::QualityConfig replayed = synthetic;
+  replayed.workload = {};
+  replayed.source = [&](int h) { return source.head(h); };
+  const auto want = fathom::quality_study(synthetic);
+  const auto got = fathom::quality_study(replayed);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t r = 0; r < want.size(); ++r) {
+    EXPECT_EQ(got[r].name, want[r].name);
+    EXPECT_EQ(got[r].bits_per_token, want[r].bits_per_token) << want[r].name;
+    EXPECT_EQ(got[r].recall, want[r].recall) << want[r].name;
+    EXPECT_EQ(got[r].attention_error, want[r].attention_error) << want[r].name;
+  }
+  EXPECT_EQ(test::error_message([&] {
+              (void)write_synthetic_capture(d.path(), load_model("tiny-dsa"), spec,
+                                            "capture --out");
+            }),
+            "capture --out: model tiny-dsa uses MLA; synthetic captures are written for GQA models "
+            "(query heads grouped over KV heads)");
 }
 
 // `quality --scenario`: study head i is (model layer i / kv_heads, KV head i % kv_heads) of the

@@ -61,6 +61,17 @@ struct QualityOptions {
   bool top_k_given = false;  ///< --top-k was given (else a scenario's top_k is used)
 };
 
+/// `capture`: a synthetic capture (the quality study's generator) for a GQA model's shape.
+struct CaptureOptions {
+  std::string model;
+  std::string out;
+  std::string profile = "rope_qk_norm";
+  std::int64_t tokens = 8192;
+  int steps = 16;              ///< test query steps
+  int calibration_steps = 32;  ///< held-out query steps, written first
+  std::uint64_t seed = 1;
+};
+
 /// Tracing flags of `run` and `trace`.
 struct TraceRequest {
   bool trace = false;       ///< --trace (or the `trace` subcommand)
@@ -84,6 +95,7 @@ int list_command(const std::string& what, const CommonOptions& o);
 int plan_command(const PlanOptions& p, const CommonOptions& o);
 int info_command(const CommonOptions& o);
 int quality_command(const QualityOptions& q, const CommonOptions& o);
+int capture_command(const CaptureOptions& c, const CommonOptions& o);
 
 /// --json output: the document, indented, on stdout.
 void print_json(const nlohmann::json& j);

@@ -265,6 +265,33 @@ int run_cli(int argc, char** argv) {
   add_json(quality);
   quality->footer(kFooter);
 
+  cli::CaptureOptions capture_opts;
+  auto* capture = app.add_subcommand(
+      "capture",
+      "Write a synthetic capture for a GQA model: the quality study's keys, values and drifting "
+      "queries (sinks, recency, planted relevant tokens) in the replay format, so decode runs "
+      "(workload.generator: replay) see attention as realistic as the study's");
+  capture->add_option("--model", capture_opts.model, "GQA model preset or YAML")->required();
+  capture->add_option("--out", capture_opts.out, "Folder to write layers.N.{k,v,q}.npy into")
+      ->required();
+  capture
+      ->add_option("--profile", capture_opts.profile,
+                   "rope_qk_norm (default) | independent | correlated")
+      ->check(CLI::IsMember({"rope_qk_norm", "independent", "correlated"}));
+  capture->add_option("--tokens", capture_opts.tokens, "Tokens per KV head (default 8192)")
+      ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 22));
+  capture
+      ->add_option("--steps", capture_opts.steps,
+                   "Query steps after the held-out ones (default 16)")
+      ->check(CLI::Range(1, 1 << 16));
+  capture
+      ->add_option("--calibration-steps", capture_opts.calibration_steps,
+                   "Held-out query steps, written first (default 32)")
+      ->check(CLI::Range(0, 1 << 16));
+  capture->add_option("--seed", capture_opts.seed, "Seed of the first KV head (default 1)");
+  add_json(capture);
+  capture->footer(kFooter);
+
   auto* info = app.add_subcommand("info", "Print the device and measure its bandwidth ceilings");
   add_backend(info);
   add_json(info);
@@ -290,6 +317,7 @@ int run_cli(int argc, char** argv) {
   if (*list) return cli::list_command(what, common);
   if (*plan) return cli::plan_command(plan_opts, common);
   if (*info) return cli::info_command(common);
+  if (*capture) return cli::capture_command(capture_opts, common);
   if (*quality) {
     quality_opts.top_k_given = top_k->count() > 0;
     return cli::quality_command(quality_opts, common);

@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "fathom/quality_study.hpp"
 #include "model/replay_study.hpp"
+#include "model/synthetic_capture.hpp"
 #include "scenario/scenario.hpp"
 
 namespace hisparse::cli {
@@ -381,6 +382,45 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
     }
   }
   if (!layer_needs.empty()) print_layers(s, layer_needs);
+  return exit_code::ok;
+}
+
+int capture_command(const CaptureOptions& c, const CommonOptions& o) {
+  fathom::SyntheticKeySpec spec;
+  spec.profile = c.profile == "independent"  ? fathom::KeyProfile::independent
+                 : c.profile == "correlated" ? fathom::KeyProfile::correlated
+                                             : fathom::KeyProfile::rope_qk_norm;
+  spec.tokens = c.tokens;
+  spec.steps = c.steps;
+  spec.calibration_queries = c.calibration_steps;
+  spec.seed = c.seed;
+  const auto written =
+      write_synthetic_capture(c.out, load_model_named(c.model, "--model"), spec, "capture --out");
+  if (o.json) {
+    print_json({{"out", c.out},
+                {"model", c.model},
+                {"profile", c.profile},
+                {"seed", c.seed},
+                {"layers", written.layers},
+                {"kv_heads", written.kv_heads},
+                {"q_heads", written.q_heads},
+                {"head_dim", written.head_dim},
+                {"tokens", written.tokens},
+                {"steps", written.steps},
+                {"calibration_steps", c.calibration_steps},
+                {"bytes", written.bytes}});
+    return exit_code::ok;
+  }
+  fmt::print(
+      "synthetic capture ({} profile, seed {}) for {}: {} layers x {} KV heads x {} tokens, {} "
+      "query heads x head_dim {}, {} query steps ({} held out first); {:.1f} MB in {}\n",
+      c.profile, c.seed, c.model, written.layers, written.kv_heads, written.tokens, written.q_heads,
+      written.head_dim, written.steps, c.calibration_steps,
+      static_cast<double>(written.bytes) / 1e6, c.out);
+  fmt::print(
+      "replay it with 'workload: {{generator: replay, replay_path: {}}}', or study it with "
+      "'hisparse-bench quality --replay {} --model {} --calibration-steps {}'\n",
+      c.out, c.out, c.model, c.calibration_steps);
   return exit_code::ok;
 }
 
