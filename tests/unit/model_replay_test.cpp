@@ -419,6 +419,18 @@ TEST(ModelReplay, CommittedFixtureLoadsAndRunsThroughTheCli) {
   EXPECT_EQ(notes.at(2).get<std::string>(), "no values (v) captured: values are synthetic N(0, 1)");
 }
 
+// Every row of a study equals the other's, bit for bit.
+void expect_same_rows(const std::vector<fathom::QualityRow>& got,
+                      const std::vector<fathom::QualityRow>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t r = 0; r < want.size(); ++r) {
+    EXPECT_EQ(got[r].name, want[r].name);
+    EXPECT_EQ(got[r].bits_per_token, want[r].bits_per_token) << want[r].name;
+    EXPECT_EQ(got[r].recall, want[r].recall) << want[r].name;
+    EXPECT_EQ(got[r].attention_error, want[r].attention_error) << want[r].name;
+  }
+}
+
 TEST(ReplayStudy, CaptureOfTheSyntheticWorkloadGivesTheSyntheticStudy) {
   // Two synthetic KV heads shaped like tiny-gqa (4 query heads each, head_dim 32), written out as
   // a capture: 3 held-out calibration queries, then 2 test steps. The replayed study must equal
@@ -469,13 +481,7 @@ TEST(ReplayStudy, CaptureOfTheSyntheticWorkloadGivesTheSyntheticStudy) {
   replayed.source = [&](int h) { return source.head(h); };
   const auto want = fathom::quality_study(synthetic);
   const auto got = fathom::quality_study(replayed);
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t r = 0; r < want.size(); ++r) {
-    EXPECT_EQ(got[r].name, want[r].name);
-    EXPECT_EQ(got[r].bits_per_token, want[r].bits_per_token) << want[r].name;
-    EXPECT_EQ(got[r].recall, want[r].recall) << want[r].name;
-    EXPECT_EQ(got[r].attention_error, want[r].attention_error) << want[r].name;
-  }
+  expect_same_rows(got, want);
   // Without values the heads still load, with seeded synthetic values and a note saying so.
   fs::remove(d.path() / "v.npy");
   const ReplayStudySource no_values(d.path(), load_model("tiny-gqa"), 1024, 1);
@@ -551,13 +557,7 @@ TEST(SyntheticCapture, ReplayedItIsTheSyntheticStudy) {
   replayed.source = [&](int h) { return source.head(h); };
   const auto want = fathom::quality_study(synthetic);
   const auto got = fathom::quality_study(replayed);
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t r = 0; r < want.size(); ++r) {
-    EXPECT_EQ(got[r].name, want[r].name);
-    EXPECT_EQ(got[r].bits_per_token, want[r].bits_per_token) << want[r].name;
-    EXPECT_EQ(got[r].recall, want[r].recall) << want[r].name;
-    EXPECT_EQ(got[r].attention_error, want[r].attention_error) << want[r].name;
-  }
+  expect_same_rows(got, want);
   EXPECT_EQ(test::error_message([&] {
               (void)write_synthetic_capture(d.path(), load_model("tiny-dsa"), spec,
                                             "capture --out");
