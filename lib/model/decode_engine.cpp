@@ -34,9 +34,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::size_t;
 
-// Share of the model's own query mixed into the workload query (by RMS): the workload gives
-// the selection its structure (channel spread, sinks, drift), the model makes the output depend
-// on the weights and the tokens.
+// Share of the model's own query mixed into a synthetic workload's query (by RMS): the workload
+// gives the selection its structure (channel spread, sinks, drift), the model makes the output
+// depend on the weights and the tokens. A replayed capture's queries are used as captured: they
+// are the data being measured.
 constexpr float kModelQueryShare = 0.25f;
 
 // Host pool / plane store room for generated tokens when the caller does not say how many steps.
@@ -51,15 +52,16 @@ constexpr int kMaxHotSlots = 32768;
   return static_cast<size_t>(v);
 }
 
-// Adds the model's query to the workload's, scaled to kModelQueryShare of its RMS.
-void blend_query(float* workload_q, const float* model_q, int n) {
+// Adds the model's query to the workload's, scaled to `share` of its RMS (nothing at share 0).
+void blend_query(float* workload_q, const float* model_q, int n, float share) {
+  if (share == 0.0f) return;
   double wl = 0, md = 0;
   for (int i = 0; i < n; ++i) {
     wl += static_cast<double>(workload_q[i]) * workload_q[i];
     md += static_cast<double>(model_q[i]) * model_q[i];
   }
   if (md <= 0) return;
-  const auto gain = static_cast<float>(kModelQueryShare * std::sqrt(wl / md));
+  const auto gain = static_cast<float>(share * std::sqrt(wl / md));
   for (int i = 0; i < n; ++i) workload_q[i] += gain * model_q[i];
 }
 
@@ -133,6 +135,9 @@ class DecodeEngine::Impl {
   int streams_ = 0;  ///< KV streams per layer
   std::unique_ptr<HotRowCache> hot_rows_;
   std::vector<std::vector<float>> last_attention_;  ///< per layer
+  std::vector<std::vector<float>> last_queries_;    ///< per layer, as attention read them
+  /// kModelQueryShare for synthetic workloads, 0 for a replayed capture
+  float model_query_share_ = 0.0f;
   [[nodiscard]] const KvWorkload& workload() const noexcept { return workload_; }
 
  private:
@@ -212,9 +217,11 @@ DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
     tokens_[zu(b)] = static_cast<std::int32_t>(
         random_bits(config.workload.seed ^ 0x70c0ull, static_cast<std::uint64_t>(b)) %
         static_cast<std::uint64_t>(model.vocab));
+  model_query_share_ = workload_.replay() ? 0.0f : kModelQueryShare;
   fill_context();
   setup_offload();
   last_attention_.resize(zu(model.layers));
+  last_queries_.resize(zu(model.layers));
 }
 
 // The host-side structures of the offloading modes, filled from the context.
@@ -501,16 +508,17 @@ void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStat
     r.x = k.data();
     r.heads = kvh;
     kernels::rope_ref(r);
-    // The attention query: the workload's, with the model's mixed in.
+    // The attention query: the workload's, with the model's mixed in (synthetic workloads).
     std::vector<float> wl(zu(qh) * zu(hd));
     for (int b = 0; b < batch_; ++b) {
       workload_.queries(b, l, step_, wl.data());
       for (int hh = 0; hh < qh; ++hh) {
         float* qb = q.data() + (zu(b) * zu(qh) + zu(hh)) * zu(hd);
-        blend_query(wl.data() + zu(hh) * zu(hd), qb, hd);
+        blend_query(wl.data() + zu(hh) * zu(hd), qb, hd, model_query_share_);
         std::copy_n(wl.data() + zu(hh) * zu(hd), hd, qb);
       }
     }
+    last_queries_[zu(l)].assign(q.begin(), q.end());
   }
   {
     HISPARSE_RANGE("append", Phase::append);
@@ -667,9 +675,10 @@ void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStat
         std::copy_n(qn + nope, rope, model_q.data() + lora);
         float* target = q_abs.data() + (zu(b) * zu(heads) + zu(hh)) * zu(row);
         std::copy_n(wl.data() + zu(hh) * zu(row), row, target);
-        blend_query(target, model_q.data(), row);
+        blend_query(target, model_q.data(), row, model_query_share_);
       }
     }
+    last_queries_[zu(l)].assign(q_abs.begin(), q_abs.end());
   }
   {
     HISPARSE_RANGE("append", Phase::append);
@@ -770,11 +779,11 @@ void DecodeEngine::Impl::select_dsa(int l, const float* h, const float* q_a, Ste
       workload_.index_queries(b, l, step_, wl.data());
       for (int hh = 0; hh < ix.heads; ++hh) {
         float* qb = q.data() + (zu(b) * zu(ix.heads) + zu(hh)) * zu(ix.head_dim);
-        blend_query(wl.data() + zu(hh) * zu(ix.head_dim), qb, ix.head_dim);
+        blend_query(wl.data() + zu(hh) * zu(ix.head_dim), qb, ix.head_dim, model_query_share_);
         std::copy_n(wl.data() + zu(hh) * zu(ix.head_dim), ix.head_dim, qb);
         // Positive head weights around 1 / heads, modulated by the model.
         float& wt = wts[zu(b) * zu(ix.heads) + zu(hh)];
-        wt = (1.0f + kModelQueryShare * std::tanh(wt)) / static_cast<float>(ix.heads);
+        wt = (1.0f + model_query_share_ * std::tanh(wt)) / static_cast<float>(ix.heads);
       }
     }
     kernels::IndexerArgs a;
@@ -925,6 +934,13 @@ std::vector<float> DecodeEngine::last_attention(int layer) const {
                 fmt::format("layer {} is outside 0..{}", layer, impl_->model_.layers - 1),
                 "pass a layer of the model");
   return impl_->last_attention_[zu(layer)];
+}
+std::vector<float> DecodeEngine::last_queries(int layer) const {
+  if (layer < 0 || layer >= impl_->model_.layers)
+    throw Error("last_queries",
+                fmt::format("layer {} is outside 0..{}", layer, impl_->model_.layers - 1),
+                "pass a layer of the model");
+  return impl_->last_queries_[zu(layer)];
 }
 bool DecodeEngine::is_quality_layer(int layer) const noexcept {
   return layer == 0 || layer == impl_->model_.layers - 1;

@@ -127,6 +127,10 @@ class DecodeEngine {
   /// The attention output of `layer` in the last step, [batch][q_heads][v_dim] (MLA: the attended
   /// latent before W_uv); empty before the first step.
   [[nodiscard]] std::vector<float> last_attention(int layer) const;
+  /// The attention queries of `layer` in the last step, [batch][q_heads][key_dim] (MLA: the
+  /// absorbed queries): a synthetic workload's queries with a quarter of the model's own mixed in
+  /// (by RMS), or a replayed capture's exactly as captured; empty before the first step.
+  [[nodiscard]] std::vector<float> last_queries(int layer) const;
   /// Layers whose quality is measured: the first and the last.
   [[nodiscard]] bool is_quality_layer(int layer) const noexcept;
 

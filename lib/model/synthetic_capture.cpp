@@ -29,7 +29,7 @@ SyntheticCaptureSummary write_synthetic_capture(const std::filesystem::path& dir
   out.q_heads = model.gqa.q_heads;
   out.head_dim = model.gqa.head_dim;
   out.tokens = workload.tokens;
-  out.steps = workload.calibration_queries + workload.steps;
+  out.steps = workload.steps + workload.calibration_queries;
   workload.channels = out.head_dim;
   workload.heads = out.q_heads / out.kv_heads;
   std::error_code ec;
@@ -49,11 +49,12 @@ SyntheticCaptureSummary write_synthetic_capture(const std::filesystem::path& dir
       const fathom::SyntheticKeys head = fathom::make_synthetic_keys(workload);
       std::transform(head.keys.begin(), head.keys.end(), std::back_inserter(k), bf16_to_float);
       std::transform(head.values.begin(), head.values.end(), std::back_inserter(v), bf16_to_float);
-      // Step s, query heads g * group .. : the calibration queries first, then the test steps.
+      // Step s, query heads g * group .. : the test steps, then the calibration queries.
       for (int s = 0; s < out.steps; ++s) {
-        const float* from = s < workload.calibration_queries
-                                ? head.calibration_queries.data() + s * group_values
-                                : head.query(s - workload.calibration_queries);
+        const float* from = s < workload.steps
+                                ? head.query(s)
+                                : head.calibration_queries.data() +
+                                      static_cast<std::size_t>(s - workload.steps) * group_values;
         std::copy_n(
             from, group_values,
             q.begin() + static_cast<std::ptrdiff_t>(

@@ -6,8 +6,11 @@
 // every selection method's attention error is about 1e-4.
 //
 // KV head g of layer l is study head i = l * kv_heads + g, seeded workload.seed + i * 1000003 as
-// `quality --kv-heads` seeds its heads, so `quality --replay DIR --calibration-steps C` gives the
-// synthetic study of layers x kv_heads heads, row for row.
+// `quality --kv-heads` seeds its heads. The queries are the test steps first, then the held-out
+// calibration queries (fresh content at random earlier positions, not aligned with the planted
+// tokens): decode step s < steps replays test query s, and `quality --scenario` on a scenario
+// that replays the capture with warmup + decode steps = steps holds out exactly the calibration
+// queries, so it is the synthetic study of layers x kv_heads heads, row for row.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +24,12 @@ namespace hisparse {
 struct SyntheticCaptureSummary {
   int layers = 0, kv_heads = 0, q_heads = 0, head_dim = 0;
   std::int64_t tokens = 0;
-  int steps = 0;  ///< query steps written: the calibration queries first, then the test steps
+  int steps = 0;            ///< query steps written: the test steps, then the calibration queries
   std::uint64_t bytes = 0;  ///< of the files written
 };
 
 /// Writes layers.L.k.npy and layers.L.v.npy ([kv_heads, tokens, head_dim], bf16 bits) and
-/// layers.L.q.npy ([calibration_queries + steps, q_heads, head_dim], f32) for every layer of
+/// layers.L.q.npy ([steps + calibration_queries, q_heads, head_dim], f32) for every layer of
 /// `model` into `dir` (created; existing files of these names are replaced). `workload.channels`
 /// and `.heads` are taken from the model. Throws Error naming `setting` for an MLA model or a
 /// folder that cannot be created.

@@ -396,6 +396,51 @@ TEST(ModelReplay, DecodeEngineRunsOnAReplayedWorkload) {
   EXPECT_EQ(engine.sequence_length(), 50);
 }
 
+// A capture's queries are the data being measured: attention reads them exactly as captured
+// (step s, captured step s mod steps), with none of the model's own query mixed in. A synthetic
+// workload's queries get a quarter of the model's (by RMS).
+TEST(ModelReplay, AttentionReadsTheCapturedQueriesUnchanged) {
+  const ReplayDir d("queries");
+  write_gqa_capture(d, true);  // 3 steps of queries
+  EngineConfig c;
+  c.mode = Mode::fathom;
+  c.concurrency = 2;
+  c.context_length = 48;
+  c.top_k = 40;
+  c.workload = replay_of(d.path());
+  DecodeEngine engine(load_model("tiny-gqa"), c);
+  EXPECT_TRUE(engine.last_queries(0).empty());
+  for (int step = 0; step < 4; ++step) {
+    (void)engine.step();
+    for (int layer : {0, 1}) {
+      const auto q = engine.last_queries(layer);
+      ASSERT_EQ(q.size(), static_cast<std::size_t>(2 * kQ * kDim));
+      for (int b = 0; b < 2; ++b)
+        for (int h = 0; h < kQ; ++h)
+          for (int j = 0; j < kDim; ++j)
+            ASSERT_EQ(q[static_cast<std::size_t>((b * kQ + h) * kDim + j)],
+                      query_value(layer, step % kSteps, h, j))
+                << "step " << step << " layer " << layer << " request " << b;
+    }
+  }
+  EngineConfig synthetic = c;
+  synthetic.workload = WorkloadSpec{};
+  DecodeEngine blended(load_model("tiny-gqa"), synthetic);
+  (void)blended.step();
+  const KvWorkload workload(load_model("tiny-gqa"), synthetic.workload, 2, 48);
+  std::vector<float> wl(static_cast<std::size_t>(kQ * kDim));
+  workload.queries(0, 0, 0, wl.data());
+  const auto q = blended.last_queries(0);
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < wl.size(); ++i) {
+    diff += (q[i] - wl[i]) * (q[i] - wl[i]);
+    norm += wl[i] * wl[i];
+  }
+  EXPECT_NEAR(std::sqrt(diff / norm), 0.25, 0.01);  // per head exactly 0.25 of its RMS
+  EXPECT_EQ(test::error_message([&] { (void)engine.last_queries(2); }),
+            "last_queries: layer 2 is outside 0..1; pass a layer of the model");
+}
+
 TEST(ModelReplay, CommittedFixtureLoadsAndRunsThroughTheCli) {
   const fs::path fixture = fs::path(HISPARSE_TEST_FIXTURES) / "replay";
   WorkloadSpec spec = replay_of(fixture / "tiny-gqa");
@@ -527,7 +572,8 @@ TEST(ReplayStudy, BadChoicesNameTheFlagAndTheFix) {
 }
 
 // `hisparse-bench capture`: the study's generator written for a model's shape, one file per layer.
-// Replayed, it is the synthetic study of layers x KV heads heads, row for row and number for number.
+// Studied as a scenario replaying it (its test steps decoded), it is the synthetic study of
+// layers x KV heads heads, row for row and number for number.
 TEST(SyntheticCapture, ReplayedItIsTheSyntheticStudy) {
   fathom::QualityConfig synthetic;
   synthetic.workload.channels = kDim;
@@ -549,9 +595,12 @@ TEST(SyntheticCapture, ReplayedItIsTheSyntheticStudy) {
   EXPECT_EQ(written.bytes, fs::file_size(d.path() / "layers.0.k.npy") * 2 +
                                fs::file_size(d.path() / "layers.0.v.npy") * 2 +
                                fs::file_size(d.path() / "layers.1.q.npy") * 2);
-  const ReplayStudySource source(d.path(), load_model("tiny-gqa"), 0, 3);
+  // A scenario replaying it with 2 decode steps: the study holds out the 3 steps after them.
+  WorkloadSpec replay;
+  replay.generator = "replay";
+  replay.replay_path = d.path().string();
+  const WorkloadStudySource source(load_model("tiny-gqa"), replay, 2048, 2, 3, "--scenario");
   ASSERT_EQ(source.heads(), 2 * kKv);
-  EXPECT_TRUE(source.captured_values());
   fathom::QualityConfig replayed = synthetic;
   replayed.workload = {};
   replayed.source = [&](int h) { return source.head(h); };

@@ -67,8 +67,8 @@ struct CaptureOptions {
   std::string out;
   std::string profile = "rope_qk_norm";
   std::int64_t tokens = 8192;
-  int steps = 16;              ///< test query steps
-  int calibration_steps = 32;  ///< held-out query steps, written first
+  int steps = 16;              ///< test query steps, written first
+  int calibration_steps = 32;  ///< held-out calibration query steps, written after them
   std::uint64_t seed = 1;
 };
 

@@ -282,11 +282,11 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1024}, std::int64_t{1} << 22));
   capture
       ->add_option("--steps", capture_opts.steps,
-                   "Query steps after the held-out ones (default 16)")
+                   "Test query steps, written first: what decode steps replay (default 16)")
       ->check(CLI::Range(1, 1 << 16));
   capture
       ->add_option("--calibration-steps", capture_opts.calibration_steps,
-                   "Held-out query steps, written first (default 32)")
+                   "Held-out calibration query steps, written after the test steps (default 32)")
       ->check(CLI::Range(0, 1 << 16));
   capture->add_option("--seed", capture_opts.seed, "Seed of the first KV head (default 1)");
   add_json(capture);

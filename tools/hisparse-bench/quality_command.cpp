@@ -413,14 +413,15 @@ int capture_command(const CaptureOptions& c, const CommonOptions& o) {
   }
   fmt::print(
       "synthetic capture ({} profile, seed {}) for {}: {} layers x {} KV heads x {} tokens, {} "
-      "query heads x head_dim {}, {} query steps ({} held out first); {:.1f} MB in {}\n",
+      "query heads x head_dim {}, {} query steps ({} test, then {} held out); {:.1f} MB in {}\n",
       c.profile, c.seed, c.model, written.layers, written.kv_heads, written.tokens, written.q_heads,
-      written.head_dim, written.steps, c.calibration_steps,
+      written.head_dim, written.steps, c.steps, c.calibration_steps,
       static_cast<double>(written.bytes) / 1e6, c.out);
   fmt::print(
-      "replay it with 'workload: {{generator: replay, replay_path: {}}}', or study it with "
-      "'hisparse-bench quality --replay {} --model {} --calibration-steps {}'\n",
-      c.out, c.out, c.model, c.calibration_steps);
+      "replay it with 'workload: {{generator: replay, replay_path: {}}}' (warmup + decode steps "
+      "<= {}), and study a scenario replaying it with 'hisparse-bench quality --scenario S "
+      "--calibration-steps {}' (warmup + decode steps = {})\n",
+      c.out, c.steps, c.calibration_steps, c.steps);
   return exit_code::ok;
 }
 
