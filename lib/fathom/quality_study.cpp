@@ -89,9 +89,7 @@ StudyHead study_head(const QualityConfig& config, int kvh) {
   if (config.source) {
     h.data = config.source(kvh);
   } else {
-    SyntheticKeySpec spec = config.workload;
-    spec.seed = config.workload.seed + static_cast<std::uint64_t>(kvh) * 1000003ull;
-    h.data = make_synthetic_keys(spec);
+    h.data = make_synthetic_keys(study_head_spec(config.workload, kvh));
   }
   if (const int steps = config.score_calibration_steps; steps > 0) {
     // Score the last `steps` held-out calibration queries instead of the test queries.
@@ -502,6 +500,12 @@ std::optional<double> per_head_allocation_bits(const std::vector<std::vector<Qua
                                                double error, PlanRule rule, bool klt) {
   const auto split = per_head_allocation(per_head, per_head, error, rule, klt);
   return split ? std::optional<double>(split->bits) : std::nullopt;
+}
+
+SyntheticKeySpec study_head_spec(const SyntheticKeySpec& workload, int kv_head) {
+  SyntheticKeySpec spec = workload;
+  spec.seed = workload.seed + static_cast<std::uint64_t>(kv_head) * 1000003ull;
+  return spec;
 }
 
 }  // namespace hisparse::fathom

@@ -66,6 +66,9 @@ struct QualityRow {
   double attention_error = 0;  ///< mean over queries and heads of ||o - o_dense|| / ||o_dense||
 };
 
+/// The synthetic spec of study head `kv_head`: `workload` seeded workload.seed + kv_head x 1000003
+/// (a synthetic study's KV heads, and `hisparse-bench capture`'s layer x KV head heads).
+[[nodiscard]] SyntheticKeySpec study_head_spec(const SyntheticKeySpec& workload, int kv_head);
 /// Fathom 32/40/48/56/64/80/96/128, full 4-bit, fixed 32 channels, SparQ r = 16 and 32, and the
 /// oracle.
 [[nodiscard]] std::vector<MethodSpec> default_methods();

@@ -928,19 +928,22 @@ int DecodeEngine::kv_streams() const noexcept {
 std::vector<SelectionTrace> DecodeEngine::selection_traces() const {
   return impl_->hot_rows_ ? impl_->hot_rows_->traces() : std::vector<SelectionTrace>{};
 }
+namespace {
+// The per-layer entry of one of the engine's last-step records; throws naming `what`.
+const std::vector<float>& layer_record(const std::vector<std::vector<float>>& records, int layer,
+                                       const char* what) {
+  if (layer < 0 || layer >= static_cast<int>(records.size()))
+    throw Error(
+        what, fmt::format("layer {} is outside 0..{}", layer, static_cast<int>(records.size()) - 1),
+        "pass a layer of the model");
+  return records[zu(layer)];
+}
+}  // namespace
 std::vector<float> DecodeEngine::last_attention(int layer) const {
-  if (layer < 0 || layer >= impl_->model_.layers)
-    throw Error("last_attention",
-                fmt::format("layer {} is outside 0..{}", layer, impl_->model_.layers - 1),
-                "pass a layer of the model");
-  return impl_->last_attention_[zu(layer)];
+  return layer_record(impl_->last_attention_, layer, "last_attention");
 }
 std::vector<float> DecodeEngine::last_queries(int layer) const {
-  if (layer < 0 || layer >= impl_->model_.layers)
-    throw Error("last_queries",
-                fmt::format("layer {} is outside 0..{}", layer, impl_->model_.layers - 1),
-                "pass a layer of the model");
-  return impl_->last_queries_[zu(layer)];
+  return layer_record(impl_->last_queries_, layer, "last_queries");
 }
 bool DecodeEngine::is_quality_layer(int layer) const noexcept {
   return layer == 0 || layer == impl_->model_.layers - 1;

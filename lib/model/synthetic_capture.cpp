@@ -8,13 +8,10 @@
 
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
+#include "fathom/quality_study.hpp"
 #include "model/npy.hpp"
 
 namespace hisparse {
-namespace {
-constexpr std::uint64_t kHeadSeedStride = 1000003;  // as quality_study seeds KV head i
-}  // namespace
-
 SyntheticCaptureSummary write_synthetic_capture(const std::filesystem::path& dir,
                                                 const ModelSpec& model,
                                                 fathom::SyntheticKeySpec workload,
@@ -39,14 +36,13 @@ SyntheticCaptureSummary write_synthetic_capture(const std::filesystem::path& dir
                 "choose a folder you can write to");
   const auto group_values = static_cast<std::size_t>(workload.heads) * out.head_dim;
   const auto head_values = static_cast<std::size_t>(out.tokens) * out.head_dim;
-  const std::uint64_t seed = workload.seed;
   for (int l = 0; l < out.layers; ++l) {
     std::vector<float> k, v, q(static_cast<std::size_t>(out.steps) * out.kv_heads * group_values);
     k.reserve(head_values * out.kv_heads);
     v.reserve(head_values * out.kv_heads);
     for (int g = 0; g < out.kv_heads; ++g) {
-      workload.seed = seed + static_cast<std::uint64_t>(l * out.kv_heads + g) * kHeadSeedStride;
-      const fathom::SyntheticKeys head = fathom::make_synthetic_keys(workload);
+      const fathom::SyntheticKeys head =
+          fathom::make_synthetic_keys(fathom::study_head_spec(workload, l * out.kv_heads + g));
       std::transform(head.keys.begin(), head.keys.end(), std::back_inserter(k), bf16_to_float);
       std::transform(head.values.begin(), head.values.end(), std::back_inserter(v), bf16_to_float);
       // Step s, query heads g * group .. : the test steps, then the calibration queries.

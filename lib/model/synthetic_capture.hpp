@@ -5,8 +5,8 @@
 // the engine's own synthetic workload is not: it concentrates attention on so few tokens that
 // every selection method's attention error is about 1e-4.
 //
-// KV head g of layer l is study head i = l * kv_heads + g, seeded workload.seed + i * 1000003 as
-// `quality --kv-heads` seeds its heads. The queries are the test steps first, then the held-out
+// KV head g of layer l is study head i = l * kv_heads + g, seeded as `quality --kv-heads` seeds
+// its heads (fathom::study_head_spec). The queries are the test steps first, then the held-out
 // calibration queries (fresh content at random earlier positions, not aligned with the planted
 // tokens): decode step s < steps replays test query s, and `quality --scenario` on a scenario
 // that replays the capture with warmup + decode steps = steps holds out exactly the calibration
