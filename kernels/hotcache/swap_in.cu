@@ -5,7 +5,9 @@
 //           key with its first selection index and its slot); hits mark a bit per slot; one
 //           block scan per tile numbers the misses (selection order) and the evictable slots
 //           (LRU order); the new LRU order is built in shared memory. Writes a miss plan, grouped
-//           by host address (512 buckets of the sequence) at large batch.
+//           by host address (512 buckets of the sequence) at large batch. Rows of the common
+//           shape (one tile each, the direct table, no fetch by the resolve) take a lean path
+//           with the same results and fewer instructions (resolve_tile_row).
 //  copy:    a fixed grid (sized to the GPU, not to the misses, so the launch is graph-replayable)
 //           cuts every request's plan into chunks of R rows and copies each chunk with several
 //           vector loads in flight per thread straight from mapped pinned memory. A chunk never
@@ -196,6 +198,7 @@ struct ResolveShape {
   /// the residency bitmap's updates read; 0: read from slot_token instead (no room).
   int old_token_offset = 0;
   bool early = false;  ///< MissPlan::ready: the copy kernel started with the resolve
+  bool lean = false;   ///< ResolvePath::direct: one-tile rows take resolve_tile_row
   bool spec = false;   ///< speculative gather: entry_slot published after the LRU walk
 };
 
@@ -259,6 +262,281 @@ __device__ __forceinline__ void phase_stamp(const SwapInArgs& a, int k) {
     (void)a;
     (void)k;
   }
+}
+
+// Stores the new LRU order (built in shared memory as 16-bit slots) to device memory, 4 slots
+// per load and store where aligned.
+__device__ __forceinline__ void commit_lru(std::int32_t* lru, const std::uint16_t* new_lru,
+                                           int hot) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
+  if ((hot & 3) == 0 && (reinterpret_cast<std::uintptr_t>(lru) & 15u) == 0 &&
+      (reinterpret_cast<std::uintptr_t>(new_lru) & 7u) == 0) {
+    for (int p = 4 * tid; p < hot; p += 4 * nt) {
+      const uint2 q = *reinterpret_cast<const uint2*>(new_lru + p);
+      *reinterpret_cast<int4*>(lru + p) =
+          make_int4(static_cast<int>(q.x & 0xffffu), static_cast<int>(q.x >> 16),
+                    static_cast<int>(q.y & 0xffffu), static_cast<int>(q.y >> 16));
+    }
+  } else {
+    for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
+  }
+}
+
+// Exclusive prefix sum over the block with one barrier: every warp reads all the warp totals and
+// scans them itself, instead of warp 0 scanning them between two barriers. `area` holds 32 ints;
+// the block must pass a barrier before `area` is written again.
+__device__ __forceinline__ int block_exclusive_sum_1bar(int value, int* area, int& total) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int inclusive = warp_inclusive_sum(value, lane);
+  if (lane == 31) area[warp] = inclusive;
+  __syncthreads();
+  const int w = lane < static_cast<int>(blockDim.x >> 5) ? area[lane] : 0;
+  const int w_inclusive = warp_inclusive_sum(w, lane);
+  total = __shfl_sync(0xffffffffu, w_inclusive, 31);
+  return __shfl_sync(0xffffffffu, w_inclusive - w, warp) + inclusive - value;
+}
+
+// What the general resolve has read about a row before it hands it to resolve_tile_row.
+struct TileRow {
+  int b, r, seq_len, base, sort_from, shift;
+  std::int32_t sel[kItems], slot[kItems], lru[kItems];
+  std::uint32_t bits;  // kSpec: residency bit of each selection entry (see swap_in_resolve)
+};
+
+// The long-sequence path of a row whose selection and hot buffer are one tile each and whose
+// sequence fits the direct table (the common shape: top_k <= 4096, hot <= 4096, <= 32K tokens),
+// when the resolve does not fetch the row's misses itself: 32-bit positions, no tile loops, no
+// hash, hand-over or fetch branches, one-barrier block scans. It computes exactly what the
+// general path computes (the GPU tests run both against the twin; ResolvePath::direct_general
+// keeps the general path for every row). Why: the general path executes about 1,250 warp
+// instructions per warp on this shape, mostly branches and 64-bit compares, and the one-block
+// resolve is about half issue-bound (ncu, H200). This path executes 20% fewer in all, the shared
+// set-up before it included, which took the resolve at batch 64 / 0.1% from 11.9 to 9.7 us
+// (reports/hotcache_tuning.md). Storing the new order straight to device memory instead of
+// staging it in shared memory was slower (batch 1 / 0.1%: 12.7 against 12.2 us).
+template <bool kTimed, bool kSpec>
+__device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const ResolveShape& shape,
+                                                 unsigned char* smem, const TileRow& row) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int mine = tid * kItems;
+  const int top_k = a.top_k;
+  const int hot = a.hot;
+  const int seq_len = row.seq_len;
+  const int newest = seq_len - 1;
+  const auto in_seq = [seq_len](std::int32_t pos) {
+    return static_cast<unsigned>(pos) < static_cast<unsigned>(seq_len);
+  };
+  // The direct layout of swap_in_direct_shared_bytes (the general path's, so the offsets agree).
+  const int table_words = max(2 * hash_capacity(top_k), shape.direct_tokens);
+  auto* vals = reinterpret_cast<std::uint32_t*>(smem);
+  auto* hit_bits = vals + table_words;
+  int* scratch = reinterpret_cast<int*>(hit_bits + (hot + 31) / 32);
+  int* bucket = scratch + kSwapInScratchInts;
+  auto* new_lru = reinterpret_cast<std::uint16_t*>(bucket + kSwapInBuckets);
+  auto* evict_slot = new_lru + hot;
+  auto* old_token = shape.old_token_offset > 0
+                        ? reinterpret_cast<std::int32_t*>(smem + shape.old_token_offset)
+                        : nullptr;
+  auto* late_token = reinterpret_cast<std::int32_t*>(smem + shape.fetch_offset);
+  auto* late_ordinal = late_token + top_k;
+  std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(row.r) * hot;
+  std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(row.r) * hot;
+  std::uint32_t* resident =
+      a.hot_buffer.resident
+          ? a.hot_buffer.resident + static_cast<std::size_t>(row.r) * a.hot_buffer.resident_words
+          : nullptr;
+  const auto resident_tokens = static_cast<std::int64_t>(32 * a.hot_buffer.resident_words);
+
+  // Clear the table words of the sequence (and the bucket counts a grouped plan uses).
+  {
+    // A constant stride (blockDim.x is always kResolveThreads): no trip-count division.
+    auto* words4 = reinterpret_cast<uint4*>(smem);
+    const int n4 = (seq_len + 3) / 4;
+#pragma unroll 8
+    for (int i = tid; i < n4; i += cfg::kResolveThreads)
+      words4[i] = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+    if (row.sort_from > 0 && tid < kSwapInBuckets) bucket[tid] = 0;
+    if (tid == 0) scratch[67] = scratch[69] = 0;
+  }
+  __syncthreads();
+  phase_stamp<kTimed>(a, 2);
+
+  // 1. The selection's first occurrences (the newest token lives in the reserved slot).
+  int my_valid = 0;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const std::int32_t pos = row.sel[j];
+    if (in_seq(pos)) {
+      ++my_valid;
+      if (pos != newest)
+        atomicMin(&vals[pos], (static_cast<std::uint32_t>(mine + j) << 16) | kNoSlot);
+    }
+  }
+  block_add(&scratch[67], my_valid);
+  __syncthreads();
+  phase_stamp<kTimed>(a, 3);
+
+  // 2. Hits: a slot whose token is selected writes its number into the word's low half.
+  std::uint32_t nibble = 0;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const std::int32_t t = row.slot[j];  // -1 past hot
+    if (in_seq(t) && vals[t] != 0xffffffffu) {
+      reinterpret_cast<std::uint16_t*>(vals + t)[0] = static_cast<std::uint16_t>(mine + j);
+      nibble |= 1u << j;
+    }
+  }
+  {
+    std::uint32_t word = nibble << (kItems * (lane & 7));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+    if ((lane & 7) == 0 && (mine >> 5) < (hot + 31) / 32) hit_bits[mine >> 5] = word;
+  }
+  if (old_token && mine < hot) store_items(old_token, mine, hot, row.slot);
+  __syncthreads();
+  phase_stamp<kTimed>(a, 4);
+
+  // 3. Misses (first occurrences without a slot) and evictable slots (LRU entries not hit),
+  //    numbered together by one scan of packed counts (both below 2^16).
+  bool miss[kItems], evictable[kItems];
+  int misses = 0, evictables = 0;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const std::int32_t pos = row.sel[j];
+    miss[j] = false;
+    if (in_seq(pos) && pos != newest) {
+      const std::uint32_t w = vals[pos];
+      miss[j] = w == ((static_cast<std::uint32_t>(mine + j) << 16) | kNoSlot);
+    }
+    misses += miss[j] ? 1 : 0;
+    const std::int32_t s = row.lru[j];  // -1 past hot
+    evictable[j] = s >= 0 && ((hit_bits[s >> 5] >> (s & 31)) & 1u) == 0;
+    evictables += evictable[j] ? 1 : 0;
+  }
+  int total = 0;
+  const int before = block_exclusive_sum_1bar((misses << 16) | evictables, scratch, total);
+  const int n_miss = total >> 16;
+  const int n_evictable = total & 0xffff;
+  const int n_untouched = n_evictable - n_miss;
+  const bool grouped = row.sort_from > 0 && n_miss >= row.sort_from;
+  int ordinal[kItems];
+  {
+    int m = before >> 16;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      ordinal[j] = -1;
+      if (!miss[j]) continue;
+      const std::int32_t pos = row.sel[j];
+      ordinal[j] = m;
+      vals[pos] =
+          (static_cast<std::uint32_t>(mine + j) << 16) | kMissFlag | static_cast<std::uint32_t>(m);
+      // kSpec: the copy kernel guessed this miss iff its residency bit was clear.
+      if (kSpec && ((row.bits >> j) & 1u)) {
+        const int k = atomicAdd(&scratch[69], 1);
+        late_token[k] = pos;
+        late_ordinal[k] = m;
+      }
+      if (grouped) atomicAdd(&bucket[pos >> row.shift], 1);
+      ++m;
+    }
+  }
+  // New order, straight to device memory: untouched oldest first, then the misses (the m-th
+  // evictable slot goes to the m-th miss), then the hits in their old order.
+  {
+    int e = before & 0xffff;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int p = mine + j;
+      const std::int32_t s = row.lru[j];
+      if (s < 0) continue;
+      int at;
+      if (!evictable[j]) {
+        at = n_evictable + (p - e);
+      } else {
+        if (e < n_miss) {
+          evict_slot[e] = static_cast<std::uint16_t>(s);
+          at = n_untouched + e;
+        } else {
+          at = e - n_miss;
+        }
+        ++e;
+      }
+      new_lru[at] = static_cast<std::uint16_t>(s);
+    }
+  }
+  __syncthreads();  // evict_slot, the miss words and the bucket counts are complete
+  commit_lru(lru, new_lru, hot);
+  phase_stamp<kTimed>(a, 5);
+  phase_stamp<kTimed>(a, 6);  // the LRU walk ran in the same phase
+
+  if (grouped) {  // each bucket's first plan index
+    int bucket_total = 0;
+    const int c = tid < kSwapInBuckets ? bucket[tid] : 0;
+    const int first = block_exclusive_sum_1bar(c, scratch + 32, bucket_total);
+    if (tid < kSwapInBuckets) bucket[tid] = first;
+    __syncthreads();
+  }
+  phase_stamp<kTimed>(a, 7);
+  std::int32_t* entry_slot =
+      a.plan.entry_slot ? a.plan.entry_slot + static_cast<std::size_t>(row.b) * top_k : nullptr;
+  if constexpr (kSpec) {  // the copy kernel stores the rows its speculative loads got from here on
+    std::int32_t slots[kItems];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) slots[j] = ordinal[j] >= 0 ? evict_slot[ordinal[j]] : -1;
+    store_items(entry_slot, mine, top_k, slots);
+    __syncthreads();
+    if (tid == 0) publish_ready(a, row.b, 2);
+    fetch_late_rows(a, row.r, row.base, late_token, late_ordinal, scratch[69], evict_slot, resident,
+                    resident_tokens);
+  }
+
+  // 4. Commit: the slot table, the residency bits and the plan at each miss's first occurrence;
+  //    the physical row of every entry.
+  std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(row.b) * top_k;
+  std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(row.b) * top_k;
+  std::int32_t rows_out[kItems], slots_out[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const std::int32_t pos = row.sel[j];
+    rows_out[j] = -1;
+    slots_out[j] = -1;
+    if (!in_seq(pos)) continue;
+    if (pos == newest) {
+      rows_out[j] = row.base + hot;
+      continue;
+    }
+    const std::uint32_t w = vals[pos];
+    if ((w & kMissFlag) == 0) {
+      rows_out[j] = row.base + static_cast<std::int32_t>(w & 0xffffu);
+      continue;
+    }
+    const int m = static_cast<int>(w & 0x7fffu);
+    const int slot = evict_slot[m];
+    rows_out[j] = row.base + slot;
+    if (ordinal[j] < 0) continue;  // a later occurrence: the first one commits
+    slots_out[j] = slot;
+    if (resident) {  // token out, token in (distinct tokens: the atomics commute)
+      const std::int32_t old = old_token ? old_token[slot] : slot_token[slot];
+      if (old >= 0 && old < resident_tokens) atomicAnd(resident + old / 32, ~(1u << (old % 32)));
+      // kSpec: the bit is set by whoever stores the row, never before the guess has read it.
+      if (!kSpec && pos < resident_tokens) atomicOr(resident + pos / 32, 1u << (pos % 32));
+    }
+    slot_token[slot] = pos;
+    const int at = grouped ? atomicAdd(&bucket[pos >> row.shift], 1) : m;
+    plan_token[at] = pos;
+    plan_slot[at] = slot;
+  }
+  store_items(a.physical_rows + static_cast<std::size_t>(row.b) * top_k, mine, top_k, rows_out);
+  if (entry_slot && !kSpec) store_items(entry_slot, mine, top_k, slots_out);
+  if (tid == 0) write_row_stats(a, row.b, scratch[67] - n_miss, n_miss);
+  if (!kSpec && shape.early) {  // the copy kernel may read the plan once it is complete
+    __syncthreads();
+    if (tid == 0) publish_ready(a, row.b, 2);
+  }
+  phase_stamp<kTimed>(a, 8);
 }
 
 // Resolve, one block per batch row. Thread t owns entries t*kItems .. t*kItems+kItems-1 of each
@@ -422,10 +700,23 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
                             : (a.batch >= cfg::kLargeBatch ? cfg::kSortMissesFrom : 0);
   // Bucket of a token: token >> shift < kSwapInBuckets (seq_len > hot >= 1 here).
   const int shift = max(0, 64 - __clzll(static_cast<long long>(seq_len - 1)) - kLog2SwapInBuckets);
+  phase_stamp<kTimed>(a, 1);
+  // The common shape takes the lean path (results identical).
+  if (shape.lean && fast && seq_len <= direct_tokens && top_k <= tile && hot <= tile &&
+      fetch_rows == 0) {
+    TileRow row{b, r, static_cast<int>(seq_len), base, sort_from, shift, {}, {}, {}, my_bits};
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      row.sel[j] = sel0[j];
+      row.slot[j] = slot0[j];
+      row.lru[j] = lru0[j];
+    }
+    resolve_tile_row<kTimed, kSpec>(a, shape, smem, row);
+    return;
+  }
   const bool direct = fast && seq_len <= direct_tokens;
   const SelectionTable table{keys, direct ? reinterpret_cast<std::uint32_t*>(smem) : vals, mask,
                              direct};
-  phase_stamp<kTimed>(a, 1);
 
   if (table.direct) {  // one word per token of the sequence (direct_tokens is a multiple of 4)
     auto* words4 = reinterpret_cast<uint4*>(smem);
@@ -748,17 +1039,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   }
 
   // 5. Commit the order, the slot table and the plan; output the physical rows.
-  if ((hot & 3) == 0 && (reinterpret_cast<std::uintptr_t>(lru) & 15u) == 0 &&
-      (reinterpret_cast<std::uintptr_t>(new_lru) & 7u) == 0) {  // 4 slots per load and store
-    for (int p = 4 * tid; p < hot; p += 4 * nt) {
-      const uint2 q = *reinterpret_cast<const uint2*>(new_lru + p);
-      *reinterpret_cast<int4*>(lru + p) =
-          make_int4(static_cast<int>(q.x & 0xffffu), static_cast<int>(q.x >> 16),
-                    static_cast<int>(q.y & 0xffffu), static_cast<int>(q.y >> 16));
-    }
-  } else {
-    for (int p = tid; p < hot; p += nt) lru[p] = new_lru[p];
-  }
+  commit_lru(lru, new_lru, hot);
   for (int t0 = 0; t0 < top_k; t0 += tile) {
     std::int32_t v[kItems];
     sel_tile(t0, v);
@@ -1168,11 +1449,12 @@ ResolveShape resolve_shape(const SwapInArgs& a, bool early) {
   shape.shared_bytes = swap_in_shared_bytes(a.top_k, a.hot);
   shape.early = early;
   shape.spec = speculative(a, early);
-  if (a.resolve == ResolvePath::direct) {
+  if (a.resolve != ResolvePath::hash) {
     const std::size_t bytes = swap_in_direct_shared_bytes(a.top_k, a.hot);
     if (bytes <= static_cast<std::size_t>(cfg::kMaxResolveSharedBytes)) {
       shape.direct_tokens = cfg::kResolveDirectTokens;
       shape.shared_bytes = bytes;
+      shape.lean = a.resolve == ResolvePath::direct;
     }
   }
   // Fetching in the resolve needs whole 16-B pieces, one tile of selection (the miss count is

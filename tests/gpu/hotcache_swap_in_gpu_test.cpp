@@ -45,16 +45,29 @@ struct Shape {
   bool speculate = false;
 };
 
+const char* path_name(kernels::ResolvePath p) {
+  switch (p) {
+    case kernels::ResolvePath::hash:
+      return "hash";
+    case kernels::ResolvePath::direct_general:
+      return "direct_general";
+    default:
+      return "direct";
+  }
+}
+/// Every resolve path, for tests that cycle through them.
+constexpr kernels::ResolvePath kPaths[] = {
+    kernels::ResolvePath::direct, kernels::ResolvePath::direct_general, kernels::ResolvePath::hash};
+
 std::string describe(const Shape& s) {
   return "requests " + std::to_string(s.requests) + " batch " + std::to_string(s.batch) + " hot " +
          std::to_string(s.hot) + " top_k " + std::to_string(s.top_k) + " row " +
          std::to_string(s.row_bytes) + "/" + std::to_string(s.row_stride) +
          (s.int64_lens ? " int64" : " int32") + (s.use_pdl ? " pdl" : "") + " copy_blocks " +
          std::to_string(s.copy_blocks) + " sort_misses_from " + std::to_string(s.sort_misses_from) +
-         " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk) +
-         (s.resolve == kernels::ResolvePath::hash ? " resolve hash" : " resolve direct") +
-         (s.fetch_in_resolve ? " fetch_in_resolve" : "") + (s.early_handoff ? " early" : "") +
-         (s.speculate ? " speculate" : "");
+         " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk) + " resolve " +
+         path_name(s.resolve) + (s.fetch_in_resolve ? " fetch_in_resolve" : "") +
+         (s.early_handoff ? " early" : "") + (s.speculate ? " speculate" : "");
 }
 
 template <class T>
@@ -485,6 +498,14 @@ TEST(HotcacheSwapInGpu, RandomMultiStepSequencesMatchTheTwinByteForByte) {
 #endif
 }
 
+TEST(HotcacheSwapInGpu, RandomMultiStepSequencesOnTheGeneralDirectResolveMatchTheTwin) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // The same shapes with the lean one-tile path off: the general code keeps its coverage.
+  random_multi_step_sequences(kernels::ResolvePath::direct_general);
+#endif
+}
+
 TEST(HotcacheSwapInGpu, RandomMultiStepSequencesOnTheHashResolveMatchTheTwin) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
@@ -554,8 +575,9 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   // lets the copy kernel load the rows the residency bitmap calls not resident before the
   // resolve has found the misses; then a correct bitmap (every guess right) and a scrambled one
   // (guesses wrong both ways: rows loaded for hits, misses fetched late) give the same bytes.
-  auto design_point = [](int batch, int copy_blocks) {
+  auto design_point = [](int batch, int copy_blocks, kernels::ResolvePath resolve) {
     Shape s;
+    s.resolve = resolve;
     s.requests = batch + 1;
     s.batch = batch;
     s.top_k = 2048;
@@ -566,18 +588,22 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
     s.copy_blocks = copy_blocks;
     return s;
   };
-  for (int batch : {1, 3, 7, 8})  // 8: the large copy grid (32 blocks per SM)
-    for (bool scramble : {false, true}) {
-      Harness h(design_point(batch, 0), 60 + static_cast<std::uint64_t>(batch));
-      run_steps(h, 5, "batch " + std::to_string(batch) + (scramble ? " scrambled hint" : ""),
-                scramble);
-      if (HasFatalFailure()) return;
-    }
+  for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::direct_general})
+    for (int batch : {1, 3, 7, 8})  // 8: the large copy grid (32 blocks per SM)
+      for (bool scramble : {false, true}) {
+        Harness h(design_point(batch, 0, resolve), 60 + static_cast<std::uint64_t>(batch));
+        run_steps(h, 5,
+                  "batch " + std::to_string(batch) + " " + path_name(resolve) +
+                      (scramble ? " scrambled hint" : ""),
+                  scramble);
+        if (HasFatalFailure()) return;
+      }
   // A copy grid smaller than the batch cannot give every row a block: the plain early hand-off
   // runs instead (2 blocks); with one block per row (5), each block takes its row's whole
   // selection in passes of 128 entries.
   for (int blocks : {2, 5}) {
-    Harness h(design_point(5, blocks), 90 + static_cast<std::uint64_t>(blocks));
+    Harness h(design_point(5, blocks, kernels::ResolvePath::direct),
+              90 + static_cast<std::uint64_t>(blocks));
     run_steps(h, 4, "copy blocks " + std::to_string(blocks), true);
     if (HasFatalFailure()) return;
   }
@@ -585,6 +611,7 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   for (int config = 0; config < 40; ++config) {
     Shape s = random_shape(rng);
     s.early_handoff = s.speculate = true;
+    s.resolve = kPaths[config % 3];
     Harness h(s, 700 + static_cast<std::uint64_t>(config));
     run_steps(h, 8, "random config " + std::to_string(config), config % 2 == 1);
     if (HasFatalFailure()) return;
@@ -663,7 +690,7 @@ TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
   Rng rng(9);
   for (int config = 0; config < 12; ++config) {
     Shape s = random_shape(rng);
-    s.resolve = config % 2 == 0 ? kernels::ResolvePath::direct : kernels::ResolvePath::hash;
+    s.resolve = kPaths[config % 3];
     Harness h(s, 500 + static_cast<std::uint64_t>(config));
     Stream stream(Backend::cuda);
     kernels::configure_swap_in(s.top_k, s.hot);  // not allowed while capturing

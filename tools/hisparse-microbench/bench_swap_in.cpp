@@ -353,14 +353,19 @@ bool register_swap_in() {
                                                          part_name(part), path_name, flush ? 1 : 0),
               c);
         }
-  // The two resolve paths (ResolvePath::hash: the kernel of calls 1-3; direct: token-indexed
-  // table, hit words without atomics), the whole swap-in and the resolve alone.
+  // The resolve paths (ResolvePath::hash: the kernel of calls 1-3; direct: token-indexed table,
+  // hit words without atomics, one-tile rows on the lean path; direct_general: direct without
+  // the lean path), the whole swap-in and the resolve alone.
   using kernels::ResolvePath;
-  auto path_name = [](ResolvePath p) { return p == ResolvePath::hash ? "hash" : "direct"; };
+  auto path_name = [](ResolvePath p) {
+    return p == ResolvePath::hash ? "hash" : p == ResolvePath::direct ? "direct" : "direct_general";
+  };
+  constexpr ResolvePath kPaths[] = {ResolvePath::hash, ResolvePath::direct,
+                                    ResolvePath::direct_general};
   for (int batch : {1, 64, 100})
     for (double miss : {0.001, 0.2})
       for (Part part : {Part::full, Part::resolve})
-        for (ResolvePath resolve : {ResolvePath::hash, ResolvePath::direct}) {
+        for (ResolvePath resolve : kPaths) {
           SwapInCase c{16, batch, 4096, 656, miss};
           c.part = part;
           c.resolve = resolve;
@@ -372,7 +377,7 @@ bool register_swap_in() {
   // phase; the counters ph<k>_<phase>_us / _kcyc are means over the calls).
   for (int batch : {1, 64})
     for (double miss : {0.001, 0.2})
-      for (ResolvePath resolve : {ResolvePath::hash, ResolvePath::direct}) {
+      for (ResolvePath resolve : kPaths) {
         SwapInCase c{16, batch, 4096, 656, miss};
         c.part = Part::resolve;
         c.resolve = resolve;
