@@ -298,11 +298,14 @@ __device__ __forceinline__ int block_exclusive_sum_1bar(int value, int* area, in
   return __shfl_sync(0xffffffffu, w_inclusive - w, warp) + inclusive - value;
 }
 
-// What the general resolve has read about a row before it hands it to resolve_tile_row.
+// One row on the lean path: what the kernel has read before it hands the row over (b, r, seq_len,
+// base, sel), then what resolve_tile_row reads itself.
 struct TileRow {
-  int b, r, seq_len, base, sort_from, shift;
-  std::int32_t sel[kItems], slot[kItems], lru[kItems];
-  std::uint32_t bits;  // kSpec: residency bit of each selection entry (see swap_in_resolve)
+  int b, r, seq_len, base;
+  std::int32_t sel[kItems];
+  std::int32_t slot[kItems], lru[kItems];
+  std::uint32_t bits;  // kSpec: bit j set when entry j's token is resident or past the bitmap
+  int sort_from, shift;
 };
 
 // The long-sequence path of a row whose selection and hot buffer are one tile each and whose
@@ -312,13 +315,14 @@ struct TileRow {
 // general path computes (the GPU tests run both against the twin; ResolvePath::direct_general
 // keeps the general path for every row). Why: the general path executes about 1,250 warp
 // instructions per warp on this shape, mostly branches and 64-bit compares, and the one-block
-// resolve is about half issue-bound (ncu, H200). This path executes 20% fewer in all, the shared
-// set-up before it included, which took the resolve at batch 64 / 0.1% from 11.9 to 9.7 us
-// (reports/hotcache_tuning.md). Storing the new order straight to device memory instead of
-// staging it in shared memory was slower (batch 1 / 0.1%: 12.7 against 12.2 us).
+// resolve is about half issue-bound (ncu, H200). The first form of this path (taken after the
+// general set-up) executed 20% fewer in all; the row now leaves the general code before the
+// table pointers and loads. H200: resolve at batch 64 / 0.1% 11.7 -> 9.7 us, whole call at
+// batch 1 / 0.1% 13.3 -> 12.0 us (reports/hotcache_tuning.md). Storing the new order straight to
+// device memory instead of staging it in shared memory was slower (12.7 against 12.2 us).
 template <bool kTimed, bool kSpec>
 __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const ResolveShape& shape,
-                                                 unsigned char* smem, const TileRow& row) {
+                                                 unsigned char* smem, TileRow row) {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
   const int mine = tid * kItems;
@@ -349,6 +353,31 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
           ? a.hot_buffer.resident + static_cast<std::size_t>(row.r) * a.hot_buffer.resident_words
           : nullptr;
   const auto resident_tokens = static_cast<std::int64_t>(32 * a.hot_buffer.resident_words);
+  // The request's tables (the loads are in flight during the clear), the residency bitmap's
+  // lines into L2 for the commit's atomics, and (kSpec) the residency bit of each entry, which
+  // the copy kernel's guesses read too: no selected token's bit changes before the LRU walk.
+  load_items(slot_token, mine, hot, row.slot);
+  load_items(lru, mine, hot, row.lru);
+  row.bits = 0;
+  if (resident) {
+    const int words = (seq_len + 31) / 32;
+    if (32 * tid < words && static_cast<std::size_t>(32 * tid) < a.hot_buffer.resident_words)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(resident + 32 * tid));
+    if constexpr (kSpec) {
+      const int in_bitmap = static_cast<int>(min(resident_tokens, std::int64_t{seq_len}));
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        const std::int32_t pos = row.sel[j];
+        if (in_seq(pos) && (pos >= in_bitmap || ((__ldcg(resident + pos / 32) >> (pos % 32)) & 1u)))
+          row.bits |= 1u << j;
+      }
+    }
+  }
+  row.sort_from = a.sort_misses_from >= 0
+                      ? a.sort_misses_from
+                      : (a.batch >= cfg::kLargeBatch ? cfg::kSortMissesFrom : 0);
+  row.shift = max(0, 32 - __clz(seq_len - 1) - kLog2SwapInBuckets);  // seq_len > hot >= 1
+  phase_stamp<kTimed>(a, 1);
 
   // Clear the table words of the sequence (and the bucket counts a grouped plan uses).
   {
@@ -662,6 +691,12 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     return;
   }
 
+  // The common shape takes the lean path (results identical; shape.lean implies the direct table).
+  if (shape.lean && seq_len <= direct_tokens && top_k <= tile && hot <= tile && fetch_rows == 0) {
+    TileRow row{b, r, static_cast<int>(seq_len), base, {sel0[0], sel0[1], sel0[2], sel0[3]}};
+    resolve_tile_row<kTimed, kSpec>(a, shape, smem, row);
+    return;
+  }
   std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
   std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(r) * hot;
   std::uint32_t* resident =
@@ -701,19 +736,6 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   // Bucket of a token: token >> shift < kSwapInBuckets (seq_len > hot >= 1 here).
   const int shift = max(0, 64 - __clzll(static_cast<long long>(seq_len - 1)) - kLog2SwapInBuckets);
   phase_stamp<kTimed>(a, 1);
-  // The common shape takes the lean path (results identical).
-  if (shape.lean && fast && seq_len <= direct_tokens && top_k <= tile && hot <= tile &&
-      fetch_rows == 0) {
-    TileRow row{b, r, static_cast<int>(seq_len), base, sort_from, shift, {}, {}, {}, my_bits};
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      row.sel[j] = sel0[j];
-      row.slot[j] = slot0[j];
-      row.lru[j] = lru0[j];
-    }
-    resolve_tile_row<kTimed, kSpec>(a, shape, smem, row);
-    return;
-  }
   const bool direct = fast && seq_len <= direct_tokens;
   const SelectionTable table{keys, direct ? reinterpret_cast<std::uint32_t*>(smem) : vals, mask,
                              direct};
