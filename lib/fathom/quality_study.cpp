@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -393,12 +394,29 @@ double fathom_bits_at_error(const std::vector<QualityRow>& rows, double error, b
   return std::exp(b0 + t * (b1 - b0));
 }
 
-std::optional<HeadAllocation> per_head_allocation(
-    const std::vector<std::vector<QualityRow>>& choose_on,
-    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule, bool klt) {
-  struct Point {
-    double bits, error;
-  };
+namespace {
+struct Point {
+  double bits, error;
+};
+/// One head's move to its next hull point: the chosen and the scored change of the mean, and the
+/// head's budget after the move.
+struct Step {
+  Point chosen, scored;
+  std::size_t head;
+  int budget;
+};
+/// The Lagrangian path of per-head splits on the chosen curves: every head at its smallest hull
+/// budget (`start`, scored mean `at`), then the hull steps, steepest chosen error reduction per
+/// bit first. nullopt when the head counts differ, a head has no row of the rule or a chosen
+/// budget is missing from its scored rows.
+struct SplitPath {
+  std::vector<int> start;
+  Point at{0, 0};
+  std::vector<Step> steps;
+};
+std::optional<SplitPath> split_path(const std::vector<std::vector<QualityRow>>& choose_on,
+                                    const std::vector<std::vector<QualityRow>>& score_on,
+                                    PlanRule rule, bool klt) {
   // One head's points by budget: where it is chosen and where it is scored.
   struct Budget {
     int budget;
@@ -409,14 +427,7 @@ std::optional<HeadAllocation> per_head_allocation(
   const auto own = [&](const QualityRow& r) {
     return r.method.method == ScanMethod::fathom && r.method.rule == rule && r.method.klt == klt;
   };
-  Point at{0, 0};  // the scored mean of the current split: every head at its smallest budget
-  struct Step {
-    Point chosen, scored;  // one head's move to its next hull point
-    std::size_t head;
-    int budget;  // the head's budget after the move
-  };
-  std::vector<Step> steps;
-  std::vector<int> budgets;  // the current split: every head at its smallest budget
+  SplitPath path;
   for (std::size_t h = 0; h < choose_on.size(); ++h) {
     std::vector<Budget> p;
     for (const auto& r : choose_on[h]) {
@@ -450,26 +461,37 @@ std::optional<HeadAllocation> per_head_allocation(
       }
       hull.push_back(q);
     }
-    at.bits += hull.front().scored.bits / heads;
-    at.error += hull.front().scored.error / heads;
-    budgets.push_back(hull.front().budget);
+    path.at.bits += hull.front().scored.bits / heads;
+    path.at.error += hull.front().scored.error / heads;
+    path.start.push_back(hull.front().budget);
     for (std::size_t i = 1; i < hull.size() && hull[i].chosen.error < hull[i - 1].chosen.error; ++i)
-      steps.push_back({{hull[i].chosen.bits - hull[i - 1].chosen.bits,
-                        hull[i].chosen.error - hull[i - 1].chosen.error},
-                       {(hull[i].scored.bits - hull[i - 1].scored.bits) / heads,
-                        (hull[i].scored.error - hull[i - 1].scored.error) / heads},
-                       h,
-                       hull[i].budget});
+      path.steps.push_back({{hull[i].chosen.bits - hull[i - 1].chosen.bits,
+                             hull[i].chosen.error - hull[i - 1].chosen.error},
+                            {(hull[i].scored.bits - hull[i - 1].scored.bits) / heads,
+                             (hull[i].scored.error - hull[i - 1].scored.error) / heads},
+                            h,
+                            hull[i].budget});
   }
   // Steepest chosen error reduction per bit first; a head's own steps come in hull order, since
   // its slopes flatten along the hull (stable for equal slopes). The splits along this path are
-  // the Lagrangian optima of the chosen curves; each is scored, and the figure is where the scored
-  // error last falls to `error` (linear between two splits, which mixes them).
-  std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) {
+  // the Lagrangian optima of the chosen curves.
+  std::stable_sort(path.steps.begin(), path.steps.end(), [](const Step& a, const Step& b) {
     return a.chosen.error / a.chosen.bits < b.chosen.error / b.chosen.bits;
   });
-  std::vector<Point> path{at};
-  for (const Step& g : steps) {
+  return path;
+}
+}  // namespace
+
+std::optional<HeadAllocation> per_head_allocation(
+    const std::vector<std::vector<QualityRow>>& choose_on,
+    const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule, bool klt) {
+  const auto split = split_path(choose_on, score_on, rule, klt);
+  if (!split) return std::nullopt;
+  // Each split on the path is scored; the figure is where the scored error last falls to
+  // `error` (linear between two splits, which mixes them).
+  std::vector<Point> path{split->at};
+  Point at = split->at;
+  for (const Step& g : split->steps) {
     at.bits += g.scored.bits;
     at.error += g.scored.error;
     path.push_back(at);
@@ -483,7 +505,8 @@ std::optional<HeadAllocation> per_head_allocation(
   if (last_above + 1 == path.size()) return std::nullopt;
   // The budgets of the first split past the last one above `error` (no mixing).
   const std::size_t reached = last_above == path.size() ? 0 : last_above + 1;
-  for (std::size_t k = 0; k < reached; ++k) budgets[steps[k].head] = steps[k].budget;
+  std::vector<int> budgets = split->start;
+  for (std::size_t k = 0; k < reached; ++k) budgets[split->steps[k].head] = split->steps[k].budget;
   HeadAllocation out;
   out.budgets = std::move(budgets);
   if (reached == 0) {
@@ -492,6 +515,35 @@ std::optional<HeadAllocation> per_head_allocation(
     const Point& a = path[last_above];
     const Point& b = path[reached];
     out.bits = a.bits + (a.error - error) / (a.error - b.error) * (b.bits - a.bits);
+  }
+  return out;
+}
+
+std::map<int, std::vector<int>> per_head_splits_at_mean_budgets(
+    const std::vector<std::vector<QualityRow>>& choose_on, PlanRule rule, bool klt,
+    std::span<const int> means) {
+  std::map<int, std::vector<int>> out;
+  const auto split = split_path(choose_on, choose_on, rule, klt);
+  if (!split) return out;
+  const auto heads = static_cast<std::int64_t>(split->start.size());
+  std::vector<int> budgets = split->start;
+  std::int64_t total = 0;  // sum of the current split's budgets
+  for (const int b : budgets) total += b;
+  std::vector<int> sorted(means.begin(), means.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::size_t k = 0;  // steps taken
+  for (const int mean : sorted) {
+    if (total > static_cast<std::int64_t>(mean) * heads) continue;  // below the path's start
+    // Take steps while the split's mean budget stays at or below `mean`.
+    while (k < split->steps.size()) {
+      const Step& g = split->steps[k];
+      const std::int64_t next = total - budgets[g.head] + g.budget;
+      if (next > static_cast<std::int64_t>(mean) * heads) break;
+      total = next;
+      budgets[g.head] = g.budget;
+      ++k;
+    }
+    out[mean] = budgets;
   }
   return out;
 }

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -133,5 +135,13 @@ struct HeadAllocation {
     const std::vector<std::vector<QualityRow>>& choose_on,
     const std::vector<std::vector<QualityRow>>& score_on, double error, PlanRule rule,
     bool klt = false);
+/// The splits of that same path at given mean budgets, for decode runs that sweep the budget:
+/// for each mean M in `means`, the last split on the path of `choose_on` whose mean
+/// MethodSpec::budget over the heads is at most M (whole budgets, heads in per_head order). A
+/// mean below the path's first split (every head at its smallest useful budget) gets no entry,
+/// nor does any mean when the path cannot be built (see per_head_allocation).
+[[nodiscard]] std::map<int, std::vector<int>> per_head_splits_at_mean_budgets(
+    const std::vector<std::vector<QualityRow>>& choose_on, PlanRule rule, bool klt,
+    std::span<const int> means);
 
 }  // namespace hisparse::fathom

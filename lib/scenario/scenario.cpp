@@ -42,10 +42,17 @@ bool is_hisparse(Mode m) {
   return m == Mode::hisparse || m == Mode::hisparse_fathom;
 }
 
-/// The per-head budgets `quality --calibrated-budgets N --json` wrote for one rule and basis
-/// (calibrated_head_budgets[key]); every error names `where` and the file.
-std::vector<int> read_calibrated_budgets(const std::filesystem::path& path, const std::string& key,
-                                         const std::string& where) {
+/// The per-head budgets `quality --calibrated-budgets N --json` wrote for one rule and basis:
+/// the split that reached the target (calibrated_head_budgets[key]) and, where the file has
+/// them, the splits at each mean budget (calibrated_head_budgets_by_budget[key]).
+struct CalibratedBudgets {
+  std::vector<int> table;
+  std::map<int, std::vector<int>> by_budget;
+};
+
+/// Reads them; every error names `where` and the file.
+CalibratedBudgets read_calibrated_budgets(const std::filesystem::path& path, const std::string& key,
+                                          const std::string& where) {
   const std::string fix =
       "write it with 'hisparse-bench quality --calibrated-budgets N --json > FILE' (add the "
       "scenario's --rule, and --klt for a KLT basis), or list the budgets inline";
@@ -75,15 +82,39 @@ std::vector<int> read_calibrated_budgets(const std::filesystem::path& path, cons
                             "scan's error, so the study gave no budgets",
                             path.string(), key),
                 "run the study with larger budgets (quality --budgets) or more calibration steps");
-  std::vector<int> out;
-  if (row->is_array())
-    for (const auto& v : *row)
-      if (v.is_number_integer()) out.push_back(v.get<int>());
-  if (out.empty() || out.size() != row->size())
+  // A non-empty list of integers, or an error naming its place in the file.
+  const auto budgets = [&](const nlohmann::json& list, const std::string& what) {
+    std::vector<int> out;
+    if (list.is_array())
+      for (const auto& v : list)
+        if (v.is_number_integer()) out.push_back(v.get<int>());
+    if (out.empty() || out.size() != list.size())
+      throw Error(where,
+                  fmt::format("'{}': {} is not a non-empty list of integers", path.string(), what),
+                  fix);
+    return out;
+  };
+  CalibratedBudgets out;
+  out.table = budgets(*row, "calibrated_head_budgets." + key);
+  const auto splits = j.find("calibrated_head_budgets_by_budget");
+  if (splits == j.end() || !splits->is_object()) return out;  // a file from before the splits
+  const auto by = splits->find(key);
+  if (by == splits->end() || by->is_null()) return out;
+  if (!by->is_object())
     throw Error(where,
-                fmt::format("'{}': calibrated_head_budgets.{} is not a non-empty list of integers",
+                fmt::format("'{}': calibrated_head_budgets_by_budget.{} is not an object",
                             path.string(), key),
                 fix);
+  for (auto it = by->begin(); it != by->end(); ++it) {
+    const std::string what = fmt::format("calibrated_head_budgets_by_budget.{}.{}", key, it.key());
+    int mean = 0;
+    const auto [end, ec] =
+        std::from_chars(it.key().data(), it.key().data() + it.key().size(), mean);
+    if (ec != std::errc() || end != it.key().data() + it.key().size() || mean < 0)
+      throw Error(where, fmt::format("'{}': {} is not keyed by a budget", path.string(), what),
+                  fix);
+    out.by_budget[mean] = budgets(*it, what);
+  }
   return out;
 }
 
@@ -494,12 +525,24 @@ class ScenarioParser {
     if (path.is_relative() && !base_dir_.empty()) path = base_dir_ / path;
     const std::string json_key =
         std::string(fathom::plan_rule_name(f.rule)) + (f.klt ? "_klt" : "");
-    f.head_budgets = read_calibrated_budgets(path, json_key, f.head_budgets_where);
-    for (const int b : f.head_budgets)
-      if (b < 0 || b > kMaxBudget)
+    auto read = read_calibrated_budgets(path, json_key, f.head_budgets_where);
+    f.head_budgets = std::move(read.table);
+    f.head_budgets_by_budget = std::move(read.by_budget);
+    const auto check = [&](const std::vector<int>& table) {
+      for (const int b : table)
+        if (b < 0 || b > kMaxBudget)
+          throw Error(f.head_budgets_where,
+                      fmt::format("{}: budget {} is outside 0..{}", path.string(), b, kMaxBudget),
+                      "write the file again with hisparse-bench quality --calibrated-budgets N");
+      if (table.size() != f.head_budgets.size())
         throw Error(f.head_budgets_where,
-                    fmt::format("{}: budget {} is outside 0..{}", path.string(), b, kMaxBudget),
+                    fmt::format("{}: the splits by budget have {} heads, the split at the "
+                                "target {}",
+                                path.string(), table.size(), f.head_budgets.size()),
                     "write the file again with hisparse-bench quality --calibrated-budgets N");
+    };
+    check(f.head_budgets);
+    for (const auto& [mean, table] : f.head_budgets_by_budget) check(table);
     f.head_budgets_source = fmt::format("{} ({})", path.string(), json_key);
   }
 
@@ -564,7 +607,12 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
     c.fathom_klt = s.fathom.klt;
     c.fathom_rule = s.fathom.rule;
     c.fathom_centre_keys = s.fathom.centre_keys;
-    c.fathom_head_budgets = s.fathom.head_budgets;
+    // The split calibrated at this point's budget where the study wrote one, else shares of the
+    // split that reached the target.
+    const auto at_budget = s.fathom.head_budgets_by_budget.find(c.budget_bits);
+    c.fathom_head_budgets = at_budget != s.fathom.head_budgets_by_budget.end()
+                                ? at_budget->second
+                                : s.fathom.head_budgets;
     c.workload = s.workload;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
@@ -776,6 +824,12 @@ nlohmann::json Scenario::to_json() const {
       {"head_budgets",
        fathom.head_budgets.empty() ? nlohmann::json(nullptr) : nlohmann::json(fathom.head_budgets)},
       {"head_budgets_source", fathom.head_budgets_source}};
+  if (!fathom.head_budgets_by_budget.empty()) {
+    nlohmann::json by = nlohmann::json::object();
+    for (const auto& [mean, table] : fathom.head_budgets_by_budget)
+      by[std::to_string(mean)] = table;
+    j["fathom"]["head_budgets_by_budget"] = std::move(by);
+  }
   return j;
 }
 

@@ -46,7 +46,9 @@
 //                               # deeper layers): each KV head plans budget_bits times its
 //                               # table budget / the table's mean; or the path of a
 //                               # `quality --calibrated-budgets N --json` output (its
-//                               # calibrated_head_budgets for this rule and basis) [none]
+//                               # calibrated_head_budgets for this rule and basis, and its
+//                               # calibrated_head_budgets_by_budget: a point whose budget_bits
+//                               # the study calibrated a split at uses that split) [none]
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -99,6 +101,10 @@ struct FathomSpec {
   fathom::PlanRule rule = fathom::PlanRule::paper;  ///< EngineConfig::fathom_rule
   bool centre_keys = false;                         ///< EngineConfig::fathom_centre_keys
   std::vector<int> head_budgets;  ///< EngineConfig::fathom_head_budgets (empty: none)
+  /// From a quality JSON with calibrated_head_budgets_by_budget: the split calibrated at each
+  /// mean budget. A point whose budget_bits is a key plans with that table instead of
+  /// head_budgets' shares.
+  std::map<int, std::vector<int>> head_budgets_by_budget;
   /// Where the table came from: "" (none), "inline", or the quality JSON file and its key.
   std::string head_budgets_source;
   std::string head_budgets_where;  ///< "file:line:column: fathom.head_budgets", for messages

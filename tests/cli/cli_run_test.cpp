@@ -58,9 +58,11 @@ TEST(CliRun, WritesThreeParseableFiles) {
   EXPECT_NE(md.find("not GPU figures"), std::string::npos);
 }
 
-// The deployment flow of per-head budgets: a quality study writes its calibrated split, and a
-// scenario loads it by path (relative to the scenario file). Each point records the table, and
-// the mean bits stay near the point's budget_bits (every KV head keeps its share of the mean).
+// The deployment flow of per-head budgets: a quality study writes its calibrated split (and the
+// splits on the same path at each of its budgets), and a scenario loads it by path (relative to
+// the scenario file). A point at a study budget plans with the split calibrated there, another
+// with the shares of the split that reached the target; each records its table, and the mean
+// bits stay near the point's budget_bits.
 TEST(CliRun, PerHeadBudgetsFromAQualityStudy) {
   TempDir dir;
   fs::create_directories(dir.path);
@@ -73,18 +75,23 @@ TEST(CliRun, PerHeadBudgetsFromAQualityStudy) {
   const auto table = split["calibrated_head_budgets"]["paper"];
   ASSERT_TRUE(table.is_array() && table.size() == 2u) << split.dump();
   ASSERT_NE(table[0], table[1]) << "the study should split the budget unevenly";
+  const auto by_budget = split["calibrated_head_budgets_by_budget"]["paper"];
+  ASSERT_TRUE(by_budget.contains("32") && by_budget.contains("64")) << split.dump();
   std::ofstream(dir.path / "s.yaml")
       << "name: split\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 512\ntop_k: 64\n"
-         "decode_steps: 1\nwarmup_steps: 0\nsweep: {budget_bits: [32, 64]}\n"
+         "decode_steps: 1\nwarmup_steps: 0\nsweep: {budget_bits: [32, 40, 64]}\n"
          "fathom: {head_budgets: split.json}\n";
   const auto r = run_bench("run " + (dir.path / "s.yaml").string() +
                            " --backend cpu --quiet --out " + (dir.path / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(read_text(dir.path / "out" / "results.json"));
   EXPECT_EQ(j["scenario"]["fathom"]["head_budgets"], table);
-  ASSERT_EQ(j["points"].size(), 2u);
+  ASSERT_EQ(j["points"].size(), 3u);
   for (const auto& p : j["points"]) {
-    EXPECT_EQ(p["config"]["fathom_head_budgets"], table);
+    const int at = p["config"]["budget_bits"].get<int>();
+    EXPECT_EQ(p["config"]["fathom_head_budgets"],
+              at == 40 ? table : by_budget[std::to_string(at)])
+        << at;  // 40 is not one of the study's budgets
     const double bits = p["metrics"]["bits_per_token"].get<double>();
     const double budget = p["config"]["budget_bits"].get<double>();
     EXPECT_GE(bits, budget - 1.0) << p.dump();  // planes: budget +- rounding; plus scale bits

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -612,6 +613,32 @@ TEST(FathomQuality, PerHeadAllocationTakesTheSteepestHullSegmentsFirst) {
   EXPECT_EQ(split_at(0.07), (std::vector<int>{30, 30}));
   EXPECT_FALSE(per_head_allocation(heads, scored, 0.05, PlanRule::measured).has_value());
   EXPECT_FALSE(per_head_allocation(heads, {scored[0]}, 0.3, PlanRule::measured).has_value());
+}
+
+TEST(FathomQuality, SplitsAtMeanBudgetsFollowTheSamePath) {
+  // The curves of the test above: the path of splits is (10, 10), (20, 10), (20, 30), (30, 30),
+  // mean budgets 10, 15, 25, 30. Each mean gets the last split at or below it.
+  const auto row = [](int budget, double error) {
+    QualityRow r;
+    r.method.method = ScanMethod::fathom;
+    r.method.rule = PlanRule::measured;
+    r.method.budget = budget;
+    r.bits_per_token = budget;
+    r.attention_error = error;
+    return r;
+  };
+  const std::vector<std::vector<QualityRow>> heads{{row(30, 0.09), row(10, 0.50), row(20, 0.10)},
+                                                   {row(10, 0.20), row(20, 0.19), row(30, 0.05)}};
+  const std::vector<int> means{64, 5, 10, 14, 15, 24, 25, 29, 30};  // any order
+  const auto splits = per_head_splits_at_mean_budgets(heads, PlanRule::measured, false, means);
+  using V = std::vector<int>;
+  const std::map<int, V> expected{{10, V{10, 10}}, {14, V{10, 10}}, {15, V{20, 10}},
+                                  {24, V{20, 10}}, {25, V{20, 30}}, {29, V{20, 30}},
+                                  {30, V{30, 30}}, {64, V{30, 30}}};
+  EXPECT_EQ(splits, expected);  // 5 is below every head's smallest budget: no entry
+  // Another rule's rows (none here), or no heads: no splits.
+  EXPECT_TRUE(per_head_splits_at_mean_budgets(heads, PlanRule::paper, false, means).empty());
+  EXPECT_TRUE(per_head_splits_at_mean_budgets({}, PlanRule::measured, false, means).empty());
 }
 
 }  // namespace

@@ -165,6 +165,44 @@ TEST(ScenarioValidation, FathomHeadBudgetsFromAQualityStudysJson) {
                 "them");
 }
 
+TEST(ScenarioValidation, FathomHeadBudgetsPickTheSplitCalibratedAtEachBudget) {
+  const test::TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path / name) << text;
+  };
+  write("q.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
+      "calibrated_head_budgets_by_budget": {"paper": {"32": [24, 40], "64": [56, 72]}}})");
+  write("keys.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
+      "calibrated_head_budgets_by_budget": {"paper": {"forty": [40, 40]}}})");
+  write("heads.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
+      "calibrated_head_budgets_by_budget": {"paper": {"32": [24, 40, 8, 8]}}})");
+  const auto parse = [&](const std::string& yaml) {
+    return parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n" + yaml, "s.yaml", {},
+                          dir.path);
+  };
+  // Points at 32 and 64 take the splits calibrated there; 48 takes the shares of the split that
+  // reached the target.
+  const Scenario s = parse("sweep: {budget_bits: [32, 48, 64]}\nfathom: {head_budgets: q.json}\n");
+  const auto points = s.expand();
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points[0].config.fathom_head_budgets, (std::vector<int>{24, 40}));
+  EXPECT_EQ(points[1].config.fathom_head_budgets, (std::vector<int>{40, 56}));
+  EXPECT_EQ(points[2].config.fathom_head_budgets, (std::vector<int>{56, 72}));
+  EXPECT_EQ(s.to_json()["fathom"]["head_budgets_by_budget"]["64"], nlohmann::json({56, 72}));
+  const std::string keys = (dir.path / "keys.json").string();
+  EXPECT_EQ(test::error_message([&] { (void)parse("fathom: {head_budgets: keys.json}\n"); }),
+            "s.yaml:4:24: fathom.head_budgets: '" + keys +
+                "': calibrated_head_budgets_by_budget.paper.forty is not keyed by a budget; write "
+                "it with 'hisparse-bench quality --calibrated-budgets N --json > FILE' (add the "
+                "scenario's --rule, and --klt for a KLT basis), or list the budgets inline");
+  const std::string heads = (dir.path / "heads.json").string();
+  EXPECT_EQ(test::error_message([&] { (void)parse("fathom: {head_budgets: heads.json}\n"); }),
+            "s.yaml:4:24: fathom.head_budgets: " + heads +
+                ": the splits by budget have 4 heads, the split at the target 2; write the file "
+                "again with hisparse-bench quality --calibrated-budgets N");
+}
+
 TEST(ScenarioValidation, FathomKltReachesEveryPointAndTheResults) {
   const Scenario s = parse_scenario(
       "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {klt: true}\nsweep: {budget_bits: [32, "

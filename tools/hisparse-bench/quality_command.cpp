@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -146,6 +147,8 @@ struct Needed {
   const QualityRow* fixed;  ///< the 32-channel scan of the same basis
   std::optional<double> bits;
   std::vector<int> budgets;  ///< --calibrated-budgets: the whole-budget split per KV head
+  /// --calibrated-budgets: the split on the same path at each --budgets value as a mean budget.
+  std::map<int, std::vector<int>> by_budget;
 };
 
 /// Per rule, in the plain basis and, with `klt`, in the KLT basis against the KLT 32-channel scan.
@@ -170,6 +173,7 @@ std::vector<Needed> bits_needed(const std::vector<QualityRow>& rows,
                rule,
                &*fixed,
                std::nullopt,
+               {},
                {}};
       if (reached) n.bits = fathom::fathom_bits_at_error(own, fixed->attention_error, klt);
       needed.push_back(std::move(n));
@@ -317,6 +321,8 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
           chosen.groups, study.groups, n.fixed->attention_error, n.rule, n.fixed->method.klt);
       n.bits = split ? std::optional<double>(split->bits) : std::nullopt;
       if (split) n.budgets = split->budgets;
+      n.by_budget = fathom::per_head_splits_at_mean_budgets(chosen.groups, n.rule,
+                                                            n.fixed->method.klt, q.budgets);
       calibrated.push_back(std::move(n));
     }
   }
@@ -344,9 +350,16 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
     if (q.calibrated_budgets > 0) {
       j["bits_at_fixed32_error_calibrated_head_budgets"] = bits_json(calibrated);
       // The split itself, in whole budgets: one per study head (layer by layer for a capture).
-      for (const Needed& n : calibrated)
+      for (const Needed& n : calibrated) {
         j["calibrated_head_budgets"][n.key] =
             n.budgets.empty() ? nlohmann::json(nullptr) : nlohmann::json(n.budgets);
+        // The splits at each study budget as a mean, which fathom.head_budgets picks by the
+        // point's budget_bits.
+        nlohmann::json by = nlohmann::json::object();
+        for (const auto& [mean, split] : n.by_budget) by[std::to_string(mean)] = split;
+        j["calibrated_head_budgets_by_budget"][n.key] =
+            n.by_budget.empty() ? nlohmann::json(nullptr) : by;
+      }
       j["workload"]["budget_calibration_steps"] = q.calibrated_budgets;
     }
     for (std::size_t g = 0; g < layer_needs.size(); ++g)
@@ -379,6 +392,11 @@ int quality_command(const QualityOptions& q, const CommonOptions& o) {
           "{}: budgets per KV head min {}, median {}, max {} (calibrated_head_budgets in "
           "the JSON)\n",
           n.label, b.front(), b[b.size() / 2], b.back());
+      if (!n.by_budget.empty())
+        fmt::print(
+            "{}: splits on the same path at mean budgets {}..{} (calibrated_head_budgets_by_budget "
+            "in the JSON)\n",
+            n.label, n.by_budget.begin()->first, n.by_budget.rbegin()->first);
     }
   }
   if (!layer_needs.empty()) print_layers(s, layer_needs);
