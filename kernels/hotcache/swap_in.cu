@@ -298,16 +298,6 @@ __device__ __forceinline__ int block_exclusive_sum_1bar(int value, int* area, in
   return __shfl_sync(0xffffffffu, w_inclusive - w, warp) + inclusive - value;
 }
 
-// One row on the lean path: what the kernel has read before it hands the row over (b, r, seq_len,
-// base, sel), then what resolve_tile_row reads itself.
-struct TileRow {
-  int b, r, seq_len, base;
-  std::int32_t sel[kItems];
-  std::int32_t slot[kItems], lru[kItems];
-  std::uint32_t bits;  // kSpec: bit j set when entry j's token is resident or past the bitmap
-  int sort_from, shift;
-};
-
 // The long-sequence path of a row whose selection and hot buffer are one tile each and whose
 // sequence fits the direct table (the common shape: top_k <= 4096, hot <= 4096, <= 32K tokens),
 // when the resolve does not fetch the row's misses itself: 32-bit positions, no tile loops, no
@@ -322,13 +312,14 @@ struct TileRow {
 // device memory instead of staging it in shared memory was slower (12.7 against 12.2 us).
 template <bool kTimed, bool kSpec>
 __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const ResolveShape& shape,
-                                                 unsigned char* smem, TileRow row) {
+                                                 unsigned char* smem, int b, int r, int seq_len,
+                                                 std::int32_t base,
+                                                 const std::int32_t (&sel)[kItems]) {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
   const int mine = tid * kItems;
   const int top_k = a.top_k;
   const int hot = a.hot;
-  const int seq_len = row.seq_len;
   const int newest = seq_len - 1;
   const auto in_seq = [seq_len](std::int32_t pos) {
     return static_cast<unsigned>(pos) < static_cast<unsigned>(seq_len);
@@ -346,19 +337,20 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
                         : nullptr;
   auto* late_token = reinterpret_cast<std::int32_t*>(smem + shape.fetch_offset);
   auto* late_ordinal = late_token + top_k;
-  std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(row.r) * hot;
-  std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(row.r) * hot;
+  std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
+  std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(r) * hot;
   std::uint32_t* resident =
       a.hot_buffer.resident
-          ? a.hot_buffer.resident + static_cast<std::size_t>(row.r) * a.hot_buffer.resident_words
+          ? a.hot_buffer.resident + static_cast<std::size_t>(r) * a.hot_buffer.resident_words
           : nullptr;
   const auto resident_tokens = static_cast<std::int64_t>(32 * a.hot_buffer.resident_words);
   // The request's tables (the loads are in flight during the clear), the residency bitmap's
   // lines into L2 for the commit's atomics, and (kSpec) the residency bit of each entry, which
   // the copy kernel's guesses read too: no selected token's bit changes before the LRU walk.
-  load_items(slot_token, mine, hot, row.slot);
-  load_items(lru, mine, hot, row.lru);
-  row.bits = 0;
+  std::int32_t slot0[kItems], lru0[kItems];  // -1 past hot
+  load_items(slot_token, mine, hot, slot0);
+  load_items(lru, mine, hot, lru0);
+  std::uint32_t bits = 0;  // kSpec: bit j set when entry j's token is resident or past the bitmap
   if (resident) {
     const int words = (seq_len + 31) / 32;
     if (32 * tid < words && static_cast<std::size_t>(32 * tid) < a.hot_buffer.resident_words)
@@ -367,16 +359,16 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
       const int in_bitmap = static_cast<int>(min(resident_tokens, std::int64_t{seq_len}));
 #pragma unroll
       for (int j = 0; j < kItems; ++j) {
-        const std::int32_t pos = row.sel[j];
+        const std::int32_t pos = sel[j];
         if (in_seq(pos) && (pos >= in_bitmap || ((__ldcg(resident + pos / 32) >> (pos % 32)) & 1u)))
-          row.bits |= 1u << j;
+          bits |= 1u << j;
       }
     }
   }
-  row.sort_from = a.sort_misses_from >= 0
-                      ? a.sort_misses_from
-                      : (a.batch >= cfg::kLargeBatch ? cfg::kSortMissesFrom : 0);
-  row.shift = max(0, 32 - __clz(seq_len - 1) - kLog2SwapInBuckets);  // seq_len > hot >= 1
+  const int sort_from = a.sort_misses_from >= 0
+                            ? a.sort_misses_from
+                            : (a.batch >= cfg::kLargeBatch ? cfg::kSortMissesFrom : 0);
+  const int shift = max(0, 32 - __clz(seq_len - 1) - kLog2SwapInBuckets);  // seq_len > hot >= 1
   phase_stamp<kTimed>(a, 1);
 
   // Clear the table words of the sequence (and the bucket counts a grouped plan uses).
@@ -387,7 +379,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
 #pragma unroll 8
     for (int i = tid; i < n4; i += cfg::kResolveThreads)
       words4[i] = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
-    if (row.sort_from > 0 && tid < kSwapInBuckets) bucket[tid] = 0;
+    if (sort_from > 0 && tid < kSwapInBuckets) bucket[tid] = 0;
     if (tid == 0) scratch[67] = scratch[69] = 0;
   }
   __syncthreads();
@@ -397,7 +389,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   int my_valid = 0;
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const std::int32_t pos = row.sel[j];
+    const std::int32_t pos = sel[j];
     if (in_seq(pos)) {
       ++my_valid;
       if (pos != newest)
@@ -412,7 +404,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   std::uint32_t nibble = 0;
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const std::int32_t t = row.slot[j];  // -1 past hot
+    const std::int32_t t = slot0[j];  // -1 past hot
     if (in_seq(t) && vals[t] != 0xffffffffu) {
       reinterpret_cast<std::uint16_t*>(vals + t)[0] = static_cast<std::uint16_t>(mine + j);
       nibble |= 1u << j;
@@ -424,7 +416,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
     for (int o = 1; o < 8; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
     if ((lane & 7) == 0 && (mine >> 5) < (hot + 31) / 32) hit_bits[mine >> 5] = word;
   }
-  if (old_token && mine < hot) store_items(old_token, mine, hot, row.slot);
+  if (old_token && mine < hot) store_items(old_token, mine, hot, slot0);
   __syncthreads();
   phase_stamp<kTimed>(a, 4);
 
@@ -434,14 +426,14 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   int misses = 0, evictables = 0;
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const std::int32_t pos = row.sel[j];
+    const std::int32_t pos = sel[j];
     miss[j] = false;
     if (in_seq(pos) && pos != newest) {
       const std::uint32_t w = vals[pos];
       miss[j] = w == ((static_cast<std::uint32_t>(mine + j) << 16) | kNoSlot);
     }
     misses += miss[j] ? 1 : 0;
-    const std::int32_t s = row.lru[j];  // -1 past hot
+    const std::int32_t s = lru0[j];  // -1 past hot
     evictable[j] = s >= 0 && ((hit_bits[s >> 5] >> (s & 31)) & 1u) == 0;
     evictables += evictable[j] ? 1 : 0;
   }
@@ -450,7 +442,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   const int n_miss = total >> 16;
   const int n_evictable = total & 0xffff;
   const int n_untouched = n_evictable - n_miss;
-  const bool grouped = row.sort_from > 0 && n_miss >= row.sort_from;
+  const bool grouped = sort_from > 0 && n_miss >= sort_from;
   int ordinal[kItems];
   {
     int m = before >> 16;
@@ -458,28 +450,28 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
     for (int j = 0; j < kItems; ++j) {
       ordinal[j] = -1;
       if (!miss[j]) continue;
-      const std::int32_t pos = row.sel[j];
+      const std::int32_t pos = sel[j];
       ordinal[j] = m;
       vals[pos] =
           (static_cast<std::uint32_t>(mine + j) << 16) | kMissFlag | static_cast<std::uint32_t>(m);
       // kSpec: the copy kernel guessed this miss iff its residency bit was clear.
-      if (kSpec && ((row.bits >> j) & 1u)) {
+      if (kSpec && ((bits >> j) & 1u)) {
         const int k = atomicAdd(&scratch[69], 1);
         late_token[k] = pos;
         late_ordinal[k] = m;
       }
-      if (grouped) atomicAdd(&bucket[pos >> row.shift], 1);
+      if (grouped) atomicAdd(&bucket[pos >> shift], 1);
       ++m;
     }
   }
-  // New order, straight to device memory: untouched oldest first, then the misses (the m-th
+  // New order (staged in shared memory): untouched oldest first, then the misses (the m-th
   // evictable slot goes to the m-th miss), then the hits in their old order.
   {
     int e = before & 0xffff;
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int p = mine + j;
-      const std::int32_t s = row.lru[j];
+      const std::int32_t s = lru0[j];
       if (s < 0) continue;
       int at;
       if (!evictable[j]) {
@@ -510,41 +502,41 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   }
   phase_stamp<kTimed>(a, 7);
   std::int32_t* entry_slot =
-      a.plan.entry_slot ? a.plan.entry_slot + static_cast<std::size_t>(row.b) * top_k : nullptr;
+      a.plan.entry_slot ? a.plan.entry_slot + static_cast<std::size_t>(b) * top_k : nullptr;
   if constexpr (kSpec) {  // the copy kernel stores the rows its speculative loads got from here on
     std::int32_t slots[kItems];
 #pragma unroll
     for (int j = 0; j < kItems; ++j) slots[j] = ordinal[j] >= 0 ? evict_slot[ordinal[j]] : -1;
     store_items(entry_slot, mine, top_k, slots);
     __syncthreads();
-    if (tid == 0) publish_ready(a, row.b, 2);
-    fetch_late_rows(a, row.r, row.base, late_token, late_ordinal, scratch[69], evict_slot, resident,
+    if (tid == 0) publish_ready(a, b, 2);
+    fetch_late_rows(a, r, base, late_token, late_ordinal, scratch[69], evict_slot, resident,
                     resident_tokens);
   }
 
   // 4. Commit: the slot table, the residency bits and the plan at each miss's first occurrence;
   //    the physical row of every entry.
-  std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(row.b) * top_k;
-  std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(row.b) * top_k;
+  std::int32_t* plan_token = a.plan.token + static_cast<std::size_t>(b) * top_k;
+  std::int32_t* plan_slot = a.plan.slot + static_cast<std::size_t>(b) * top_k;
   std::int32_t rows_out[kItems], slots_out[kItems];
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
-    const std::int32_t pos = row.sel[j];
+    const std::int32_t pos = sel[j];
     rows_out[j] = -1;
     slots_out[j] = -1;
     if (!in_seq(pos)) continue;
     if (pos == newest) {
-      rows_out[j] = row.base + hot;
+      rows_out[j] = base + hot;
       continue;
     }
     const std::uint32_t w = vals[pos];
     if ((w & kMissFlag) == 0) {
-      rows_out[j] = row.base + static_cast<std::int32_t>(w & 0xffffu);
+      rows_out[j] = base + static_cast<std::int32_t>(w & 0xffffu);
       continue;
     }
     const int m = static_cast<int>(w & 0x7fffu);
     const int slot = evict_slot[m];
-    rows_out[j] = row.base + slot;
+    rows_out[j] = base + slot;
     if (ordinal[j] < 0) continue;  // a later occurrence: the first one commits
     slots_out[j] = slot;
     if (resident) {  // token out, token in (distinct tokens: the atomics commute)
@@ -554,16 +546,16 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
       if (!kSpec && pos < resident_tokens) atomicOr(resident + pos / 32, 1u << (pos % 32));
     }
     slot_token[slot] = pos;
-    const int at = grouped ? atomicAdd(&bucket[pos >> row.shift], 1) : m;
+    const int at = grouped ? atomicAdd(&bucket[pos >> shift], 1) : m;
     plan_token[at] = pos;
     plan_slot[at] = slot;
   }
-  store_items(a.physical_rows + static_cast<std::size_t>(row.b) * top_k, mine, top_k, rows_out);
+  store_items(a.physical_rows + static_cast<std::size_t>(b) * top_k, mine, top_k, rows_out);
   if (entry_slot && !kSpec) store_items(entry_slot, mine, top_k, slots_out);
-  if (tid == 0) write_row_stats(a, row.b, scratch[67] - n_miss, n_miss);
+  if (tid == 0) write_row_stats(a, b, scratch[67] - n_miss, n_miss);
   if (!kSpec && shape.early) {  // the copy kernel may read the plan once it is complete
     __syncthreads();
-    if (tid == 0) publish_ready(a, row.b, 2);
+    if (tid == 0) publish_ready(a, b, 2);
   }
   phase_stamp<kTimed>(a, 8);
 }
@@ -693,8 +685,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
 
   // The common shape takes the lean path (results identical; shape.lean implies the direct table).
   if (shape.lean && seq_len <= direct_tokens && top_k <= tile && hot <= tile && fetch_rows == 0) {
-    TileRow row{b, r, static_cast<int>(seq_len), base, {sel0[0], sel0[1], sel0[2], sel0[3]}};
-    resolve_tile_row<kTimed, kSpec>(a, shape, smem, row);
+    resolve_tile_row<kTimed, kSpec>(a, shape, smem, b, r, static_cast<int>(seq_len), base, sel0);
     return;
   }
   std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
