@@ -15,6 +15,22 @@ __device__ __forceinline__ int warp_inclusive_sum(int value, int lane) {
   return value;
 }
 
+/// Exclusive prefix sum over the block (at most 1024 threads, every thread calls it) with one
+/// barrier: every warp reads all the warp totals and scans them itself, instead of warp 0 scanning
+/// them between two barriers as BlockScan does. `area` holds 32 ints; the block must pass a
+/// barrier before `area` is written again. `total` gets the block's sum.
+__device__ __forceinline__ int block_exclusive_sum_one_barrier(int value, int* area, int& total) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int inclusive = warp_inclusive_sum(value, lane);
+  if (lane == 31) area[warp] = inclusive;
+  __syncthreads();
+  const int w = lane < static_cast<int>(blockDim.x >> 5) ? area[lane] : 0;
+  const int w_inclusive = warp_inclusive_sum(w, lane);
+  total = __shfl_sync(0xffffffffu, w_inclusive, 31);
+  return __shfl_sync(0xffffffffu, w_inclusive - w, warp) + inclusive - value;
+}
+
 /// Shared ints a BlockScan needs: two areas of 32 warp prefixes plus the block's total.
 inline constexpr int kBlockScanScratchInts = 66;
 

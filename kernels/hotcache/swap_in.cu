@@ -283,21 +283,6 @@ __device__ __forceinline__ void commit_lru(std::int32_t* lru, const std::uint16_
   }
 }
 
-// Exclusive prefix sum over the block with one barrier: every warp reads all the warp totals and
-// scans them itself, instead of warp 0 scanning them between two barriers. `area` holds 32 ints;
-// the block must pass a barrier before `area` is written again.
-__device__ __forceinline__ int block_exclusive_sum_1bar(int value, int* area, int& total) {
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int inclusive = warp_inclusive_sum(value, lane);
-  if (lane == 31) area[warp] = inclusive;
-  __syncthreads();
-  const int w = lane < static_cast<int>(blockDim.x >> 5) ? area[lane] : 0;
-  const int w_inclusive = warp_inclusive_sum(w, lane);
-  total = __shfl_sync(0xffffffffu, w_inclusive, 31);
-  return __shfl_sync(0xffffffffu, w_inclusive - w, warp) + inclusive - value;
-}
-
 // The long-sequence path of a row whose selection and hot buffer are one tile each and whose
 // sequence fits the direct table (the common shape: top_k <= 4096, hot <= 4096, <= 32K tokens),
 // when the resolve does not fetch the row's misses itself: 32-bit positions, no tile loops, no
@@ -438,7 +423,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
     evictables += evictable[j] ? 1 : 0;
   }
   int total = 0;
-  const int before = block_exclusive_sum_1bar((misses << 16) | evictables, scratch, total);
+  const int before = block_exclusive_sum_one_barrier((misses << 16) | evictables, scratch, total);
   const int n_miss = total >> 16;
   const int n_evictable = total & 0xffff;
   const int n_untouched = n_evictable - n_miss;
@@ -496,7 +481,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   if (grouped) {  // each bucket's first plan index
     int bucket_total = 0;
     const int c = tid < kSwapInBuckets ? bucket[tid] : 0;
-    const int first = block_exclusive_sum_1bar(c, scratch + 32, bucket_total);
+    const int first = block_exclusive_sum_one_barrier(c, scratch + 32, bucket_total);
     if (tid < kSwapInBuckets) bucket[tid] = first;
     __syncthreads();
   }
