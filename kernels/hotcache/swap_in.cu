@@ -245,6 +245,25 @@ __device__ __forceinline__ void fetch_late_rows(const SwapInArgs& a, int r, std:
       atomicOr(resident + late_token[k] / 32, 1u << (late_token[k] % 32));
 }
 
+// Speculative gather, after the LRU walk: each entry's slot (entry_slot: the evicted slot for a
+// miss's first occurrence, `ordinal` its miss number; -1 elsewhere), then ready 2, from which
+// the copy kernel stores the rows its speculative loads got; then the misses it did not guess.
+// Every thread of the block calls it (one tile of entries, kItems per thread).
+__device__ __forceinline__ void publish_entry_slots(
+    const SwapInArgs& a, int b, int r, std::int32_t base, const int (&ordinal)[kItems],
+    const std::uint16_t* evict_slot, std::int32_t* entry_slot, const std::int32_t* late_token,
+    const std::int32_t* late_ordinal, int n_late, std::uint32_t* resident,
+    std::int64_t resident_tokens) {
+  std::int32_t slots[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) slots[j] = ordinal[j] >= 0 ? evict_slot[ordinal[j]] : -1;
+  store_items(entry_slot, static_cast<int>(threadIdx.x) * kItems, a.top_k, slots);
+  __syncthreads();
+  if (threadIdx.x == 0) publish_ready(a, b, 2);
+  fetch_late_rows(a, r, base, late_token, late_ordinal, n_late, evict_slot, resident,
+                  resident_tokens);
+}
+
 // Phase stamp (diagnostic, kTimed only): a block barrier, then thread 0 of block 0 writes the
 // global timer (ns) and the SM clock.
 template <bool kTimed>
@@ -488,16 +507,9 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   phase_stamp<kTimed>(a, 7);
   std::int32_t* entry_slot =
       a.plan.entry_slot ? a.plan.entry_slot + static_cast<std::size_t>(b) * top_k : nullptr;
-  if constexpr (kSpec) {  // the copy kernel stores the rows its speculative loads got from here on
-    std::int32_t slots[kItems];
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) slots[j] = ordinal[j] >= 0 ? evict_slot[ordinal[j]] : -1;
-    store_items(entry_slot, mine, top_k, slots);
-    __syncthreads();
-    if (tid == 0) publish_ready(a, b, 2);
-    fetch_late_rows(a, r, base, late_token, late_ordinal, scratch[69], evict_slot, resident,
-                    resident_tokens);
-  }
+  if constexpr (kSpec)
+    publish_entry_slots(a, b, r, base, ordinal, evict_slot, entry_slot, late_token, late_ordinal,
+                        scratch[69], resident, resident_tokens);
 
   // 4. Commit: the slot table, the residency bits and the plan at each miss's first occurrence;
   //    the physical row of every entry.
@@ -1006,15 +1018,9 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   }
   __syncthreads();
   phase_stamp<kTimed>(a, 7);
-  if (spec) {  // the copy kernel stores the rows its speculative loads got from here on
-    std::int32_t slots[kItems];
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) slots[j] = my_ordinal[j] >= 0 ? evict_slot[my_ordinal[j]] : -1;
-    store_items(entry_slot, mine, top_k, slots);
-    __syncthreads();
-    if (tid == 0) publish_ready(a, b, 2);
-    fetch_late_rows(a, r, base, late_token, late_ordinal, scratch[69], evict_slot, resident,
-                    resident_tokens);
+  if (spec) {
+    publish_entry_slots(a, b, r, base, my_ordinal, evict_slot, entry_slot, late_token, late_ordinal,
+                        scratch[69], resident, resident_tokens);
   } else if (early_plan) {  // the copy kernel may store this row's gathered rows from here on
     if (!fetch)
       for (int m = tid; m < n_miss; m += nt)

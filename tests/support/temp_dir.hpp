@@ -25,6 +25,14 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
+  /// Writes `text` to the file `name` in the directory (made first when missing); its path.
+  std::filesystem::path write(const std::string& name, const std::string& text) const {
+    std::filesystem::create_directories(path);
+    const auto file = path / name;
+    std::ofstream(file) << text;
+    return file;
+  }
+
  private:
   static std::string unique_name() {
     static std::atomic<int> made{0};

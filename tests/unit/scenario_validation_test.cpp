@@ -121,15 +121,11 @@ TEST(ScenarioValidation, FathomHeadBudgetsInlineReachEveryPointAndTheResults) {
 
 TEST(ScenarioValidation, FathomHeadBudgetsFromAQualityStudysJson) {
   const test::TempDir dir;
-  std::filesystem::create_directories(dir.path);
-  const auto write = [&](const std::string& name, const std::string& text) {
-    std::ofstream(dir.path / name) << text;
-  };
-  write(
+  dir.write(
       "q.json",
       R"({"calibrated_head_budgets": {"paper": [40, 56], "measured": [50, 46], "paper_klt": null}})");
-  write("bad.json", "{not json");
-  write("none.json", R"({"rows": []})");
+  dir.write("bad.json", "{not json");
+  dir.write("none.json", R"({"rows": []})");
   const auto parse = [&](const std::string& fathom) {
     return parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: " + fathom + "\n",
                           "s.yaml", {}, dir.path);
@@ -167,15 +163,11 @@ TEST(ScenarioValidation, FathomHeadBudgetsFromAQualityStudysJson) {
 
 TEST(ScenarioValidation, FathomHeadBudgetsPickTheSplitCalibratedAtEachBudget) {
   const test::TempDir dir;
-  std::filesystem::create_directories(dir.path);
-  const auto write = [&](const std::string& name, const std::string& text) {
-    std::ofstream(dir.path / name) << text;
-  };
-  write("q.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
+  dir.write("q.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
       "calibrated_head_budgets_by_budget": {"paper": {"32": [24, 40], "64": [56, 72]}}})");
-  write("keys.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
+  dir.write("keys.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
       "calibrated_head_budgets_by_budget": {"paper": {"forty": [40, 40]}}})");
-  write("heads.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
+  dir.write("heads.json", R"({"calibrated_head_budgets": {"paper": [40, 56]},
       "calibrated_head_budgets_by_budget": {"paper": {"32": [24, 40, 8, 8]}}})");
   const auto parse = [&](const std::string& yaml) {
     return parse_scenario("name: a\nmodel: tiny-gqa\nmode: fathom\n" + yaml, "s.yaml", {},
