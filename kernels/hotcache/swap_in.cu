@@ -245,6 +245,23 @@ __device__ __forceinline__ void fetch_late_rows(const SwapInArgs& a, int r, std:
       atomicOr(resident + late_token[k] / 32, 1u << (late_token[k] % 32));
 }
 
+// Request r's slot table, LRU order and residency bitmap (null when not kept), and the tokens the
+// bitmap covers.
+struct RequestTables {
+  std::int32_t* slot_token;
+  std::int32_t* lru;
+  std::uint32_t* resident;
+  std::int64_t resident_tokens;
+};
+__device__ __forceinline__ RequestTables request_tables(const SwapInArgs& a, int r) {
+  const auto at = static_cast<std::size_t>(r) * static_cast<std::size_t>(a.hot);
+  return {a.hot_buffer.slot_token + at, a.hot_buffer.lru + at,
+          a.hot_buffer.resident
+              ? a.hot_buffer.resident + static_cast<std::size_t>(r) * a.hot_buffer.resident_words
+              : nullptr,
+          static_cast<std::int64_t>(32 * a.hot_buffer.resident_words)};
+}
+
 // Speculative gather, after the LRU walk: each entry's slot (entry_slot: the evicted slot for a
 // miss's first occurrence, `ordinal` its miss number; -1 elsewhere), then ready 2, from which
 // the copy kernel stores the rows its speculative loads got; then the misses it did not guess.
@@ -341,13 +358,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
                         : nullptr;
   auto* late_token = reinterpret_cast<std::int32_t*>(smem + shape.fetch_offset);
   auto* late_ordinal = late_token + top_k;
-  std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
-  std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(r) * hot;
-  std::uint32_t* resident =
-      a.hot_buffer.resident
-          ? a.hot_buffer.resident + static_cast<std::size_t>(r) * a.hot_buffer.resident_words
-          : nullptr;
-  const auto resident_tokens = static_cast<std::int64_t>(32 * a.hot_buffer.resident_words);
+  const auto [slot_token, lru, resident, resident_tokens] = request_tables(a, r);
   // The request's tables (the loads are in flight during the clear), the residency bitmap's
   // lines into L2 for the commit's atomics, and (kSpec) the residency bit of each entry, which
   // the copy kernel's guesses read too: no selected token's bit changes before the LRU walk.
@@ -685,13 +696,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     resolve_tile_row<kTimed, kSpec>(a, shape, smem, b, r, static_cast<int>(seq_len), base, sel0);
     return;
   }
-  std::int32_t* slot_token = a.hot_buffer.slot_token + static_cast<std::size_t>(r) * hot;
-  std::int32_t* lru = a.hot_buffer.lru + static_cast<std::size_t>(r) * hot;
-  std::uint32_t* resident =
-      a.hot_buffer.resident
-          ? a.hot_buffer.resident + static_cast<std::size_t>(r) * a.hot_buffer.resident_words
-          : nullptr;
-  const auto resident_tokens = static_cast<std::int64_t>(32 * a.hot_buffer.resident_words);
+  const auto [slot_token, lru, resident, resident_tokens] = request_tables(a, r);
   // The bitmap's few lines (4 KB at 32K tokens) into L2 now, so that the commit's atomics at
   // the end of the block do not wait for device memory.
   if (resident)
