@@ -26,18 +26,27 @@ struct Plan {
   float log2_theta = 0;
 };
 
+/// Planner arguments over `q` [streams][heads][channels] and `var` [period][channels] (no depths
+/// yet): the fields every test fills the same way.
+kf::DepthPlanArgs plan_args(const std::vector<float>& q, const std::vector<float>& var, int streams,
+                            int heads, int channels, int budget, int period = 1) {
+  kf::DepthPlanArgs a;
+  a.queries = q.data();
+  a.variances = var.data();
+  a.variance_period = period;
+  a.streams = streams;
+  a.heads = heads;
+  a.channels = channels;
+  a.budget = budget;
+  return a;
+}
+
 Plan plan_both(const std::vector<float>& q, const std::vector<float>& var, int heads, int budget) {
   const int d = static_cast<int>(var.size());
   Plan p;
   p.greedy.assign(d, 9);
   p.bisection.assign(d, 9);
-  kf::DepthPlanArgs a;
-  a.queries = q.data();
-  a.variances = var.data();
-  a.streams = 1;
-  a.heads = heads;
-  a.channels = d;
-  a.budget = budget;
+  kf::DepthPlanArgs a = plan_args(q, var, 1, heads, d, budget);
   a.depths = p.greedy.data();
   kf::depth_plan_greedy_ref(a);
   a.depths = p.bisection.data();
@@ -84,13 +93,7 @@ TEST(FathomPlanner, BadBudgetIsNamed) {
   DepthPlanner planner(Backend::cpu);
   std::vector<float> q(8, 1.0f), var(8, 1.0f);
   std::vector<std::uint8_t> d(8);
-  kf::DepthPlanArgs a;
-  a.queries = q.data();
-  a.variances = var.data();
-  a.streams = 1;
-  a.heads = 1;
-  a.channels = 8;
-  a.budget = 33;
+  kf::DepthPlanArgs a = plan_args(q, var, 1, 1, 8, 33);
   a.depths = d.data();
   EXPECT_EQ(
       test::error_message([&] { planner.plan(a); }),
@@ -108,14 +111,7 @@ TEST(FathomPlanner, PerHeadBudgetsPlanEveryStreamAsAloneWithItsBudget) {
   for (auto& x : q) x = rng.normal();
   for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
   const std::vector<std::int32_t> budgets = {40, 0, 100};
-  kf::DepthPlanArgs a;
-  a.queries = q.data();
-  a.variances = var.data();
-  a.variance_period = kv;
-  a.streams = streams;
-  a.heads = heads;
-  a.channels = d;
-  a.budget = 100;
+  kf::DepthPlanArgs a = plan_args(q, var, streams, heads, d, 100, kv);
   a.budgets = budgets.data();
   std::vector<std::uint8_t> greedy(static_cast<std::size_t>(streams) * d, 9), bisection = greedy;
   a.depths = greedy.data();
@@ -593,14 +589,7 @@ TEST(FathomDepthSearch, BisectionTwinKeepsTheSequentialResults) {
     for (auto& x : q) x = rng.normal();
     for (auto& v : var) v = std::pow(10.0f, -3.0f * rng.uniform());
     var[0] = 0.0f;
-    kf::DepthPlanArgs a;
-    a.queries = q.data();
-    a.variances = var.data();
-    a.variance_period = kv;
-    a.streams = streams;
-    a.heads = heads;
-    a.channels = d;
-    a.budget = random_budget(rng, d);
+    kf::DepthPlanArgs a = plan_args(q, var, streams, heads, d, random_budget(rng, d), kv);
     std::vector<std::uint8_t> depths(static_cast<std::size_t>(streams) * d, 9);
     std::vector<float> theta(streams);
     a.depths = depths.data();

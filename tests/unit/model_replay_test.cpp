@@ -378,16 +378,21 @@ TEST(ModelReplay, MissingAndMisnamedTensorsAreRejected) {
                 ": holds no captured keys (k); add a tensor \"k\" (or \"layers.N.k\" per layer)");
 }
 
+/// Two requests of 48 tokens of tiny-gqa decoding over the capture in `d`.
+EngineConfig replay_engine_config(const ReplayDir& d, Mode mode, int top_k) {
+  EngineConfig c;
+  c.mode = mode;
+  c.concurrency = 2;
+  c.context_length = 48;
+  c.top_k = top_k;
+  c.workload = replay_of(d.path());
+  return c;
+}
+
 TEST(ModelReplay, DecodeEngineRunsOnAReplayedWorkload) {
   const ReplayDir d("engine");
   write_gqa_capture(d, true);
-  EngineConfig c;
-  c.mode = Mode::sparse_gpu;
-  c.concurrency = 2;
-  c.context_length = 48;
-  c.top_k = 16;
-  c.workload = replay_of(d.path());
-  DecodeEngine engine(load_model("tiny-gqa"), c);
+  DecodeEngine engine(load_model("tiny-gqa"), replay_engine_config(d, Mode::sparse_gpu, 16));
   for (int s = 0; s < 2; ++s) {
     const StepStats stats = engine.step();
     ASSERT_EQ(stats.next_tokens.size(), 2u);
@@ -402,12 +407,7 @@ TEST(ModelReplay, DecodeEngineRunsOnAReplayedWorkload) {
 TEST(ModelReplay, AttentionReadsTheCapturedQueriesUnchanged) {
   const ReplayDir d("queries");
   write_gqa_capture(d, true);  // 3 steps of queries
-  EngineConfig c;
-  c.mode = Mode::fathom;
-  c.concurrency = 2;
-  c.context_length = 48;
-  c.top_k = 40;
-  c.workload = replay_of(d.path());
+  const EngineConfig c = replay_engine_config(d, Mode::fathom, 40);
   DecodeEngine engine(load_model("tiny-gqa"), c);
   EXPECT_TRUE(engine.last_queries(0).empty());
   for (int step = 0; step < 4; ++step) {
