@@ -357,10 +357,9 @@ TEST(CliCommands, QualityStudyReplaysACapture) {
 // over the point's context and top_k; its calibrated split has one budget per (layer, KV head).
 TEST(CliCommands, QualityStudyOfAScenariosWorkload) {
   const TempDir dir;
-  std::filesystem::create_directories(dir.path);
-  std::ofstream(dir.path / "s.yaml")
-      << "name: s\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 1024\ndecode_steps: 3\n"
-         "warmup_steps: 1\nsweep: {top_k: [96, 128]}\nfathom: {centre_keys: true}\n";
+  dir.write("s.yaml",
+            "name: s\nmodel: tiny-gqa\nmode: fathom\ncontext_length: 1024\ndecode_steps: 3\n"
+            "warmup_steps: 1\nsweep: {top_k: [96, 128]}\nfathom: {centre_keys: true}\n");
   const std::string base = "quality --scenario " + (dir.path / "s.yaml").string() +
                            " --budgets 16,32,64,128 --rule paper --calibrated-budgets 4 --json";
   const auto r = run_bench(base + " --point 1");

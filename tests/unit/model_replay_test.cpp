@@ -476,24 +476,28 @@ void expect_same_rows(const std::vector<fathom::QualityRow>& got,
   }
 }
 
-TEST(ReplayStudy, CaptureOfTheSyntheticWorkloadGivesTheSyntheticStudy) {
-  // Two synthetic KV heads shaped like tiny-gqa (4 query heads each, head_dim 32), written out as
-  // a capture: 3 held-out calibration queries, then 2 test steps. The replayed study must equal
-  // the synthetic one row for row, number for number.
+/// The study's synthetic workload shaped like tiny-gqa's heads (4 query heads per KV head, head_dim
+/// 32): 2048 tokens, 2 test steps, 3 held-out calibration queries, top_k 64.
+fathom::QualityConfig tiny_gqa_study(int kv_heads) {
   fathom::QualityConfig synthetic;
   synthetic.workload.channels = kDim;
   synthetic.workload.heads = kQ / kKv;
   synthetic.workload.tokens = 2048;
   synthetic.workload.steps = 2;
   synthetic.workload.calibration_queries = 3;
-  synthetic.kv_heads = kKv;
+  synthetic.kv_heads = kv_heads;
   synthetic.top_k = 64;
+  return synthetic;
+}
+
+TEST(ReplayStudy, CaptureOfTheSyntheticWorkloadGivesTheSyntheticStudy) {
+  // Two synthetic KV heads shaped like tiny-gqa (4 query heads each, head_dim 32), written out as
+  // a capture: 3 held-out calibration queries, then 2 test steps. The replayed study must equal
+  // the synthetic one row for row, number for number.
+  const fathom::QualityConfig synthetic = tiny_gqa_study(kKv);
   std::vector<fathom::SyntheticKeys> heads;
-  for (int h = 0; h < kKv; ++h) {
-    auto spec = synthetic.workload;
-    spec.seed += static_cast<std::uint64_t>(h) * 1000003ull;
-    heads.push_back(fathom::make_synthetic_keys(spec));
-  }
+  for (int h = 0; h < kKv; ++h)
+    heads.push_back(fathom::make_synthetic_keys(fathom::study_head_spec(synthetic.workload, h)));
   const auto as_floats = [](const std::vector<std::uint16_t>& bf16) {
     std::vector<float> f(bf16.size());
     std::transform(bf16.begin(), bf16.end(), f.begin(), bf16_to_float);
@@ -575,14 +579,7 @@ TEST(ReplayStudy, BadChoicesNameTheFlagAndTheFix) {
 // Studied as a scenario replaying it (its test steps decoded), it is the synthetic study of
 // layers x KV heads heads, row for row and number for number.
 TEST(SyntheticCapture, ReplayedItIsTheSyntheticStudy) {
-  fathom::QualityConfig synthetic;
-  synthetic.workload.channels = kDim;
-  synthetic.workload.heads = kQ / kKv;
-  synthetic.workload.tokens = 2048;
-  synthetic.workload.steps = 2;
-  synthetic.workload.calibration_queries = 3;
-  synthetic.kv_heads = 2 * kKv;  // tiny-gqa: 2 layers x 2 KV heads
-  synthetic.top_k = 64;
+  const fathom::QualityConfig synthetic = tiny_gqa_study(2 * kKv);  // 2 layers x 2 KV heads
   const ReplayDir d("synthetic_capture");
   fathom::SyntheticKeySpec spec = synthetic.workload;
   spec.channels = 7;  // taken from the model
