@@ -186,6 +186,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto* qs = reinterpret_cast<float*>(smem + m.queries);
   auto* slot_channel = reinterpret_cast<int*>(smem + m.slot_channel);
   auto* slot_info = reinterpret_cast<int*>(smem + m.slot_info);
+  std::uint8_t* magnitudes = smem + m.magnitudes;  // [slot] |o| of the slot's depth
   auto* unit_code = reinterpret_cast<int*>(smem + m.unit_code);
   std::uint8_t* wts = smem + m.weights;        // [group][head][slot] (weight_index), int8
   std::uint8_t* mults = smem + m.multipliers;  // [block][slot]
@@ -281,6 +282,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     return;
   }
   for (int i = n_slots + tid; i < sp; i += THREADS) slot_info[i] = 0;  // depth 0 padding
+  for (int i = tid; i < sp; i += THREADS)
+    magnitudes[i] = i < n_slots ? mma::offset_magnitude(slot_info[i]) : 0;
   for (int i = tid; i < hp * sp; i += THREADS) {
     const int h = i / sp, sl = i % sp;
     qs[i] = h < heads && sl < n_slots
@@ -340,6 +343,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   // never read.
   const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
   const int slots_read = steps2 * mma::kSlotsPerWord;
+  // After the prep has turned a tile's scales into multipliers, scale group g's part of the
+  // stage (16 x slots_pad x 2 bytes) holds its blocks' constant terms per head ([16][heads_pad]
+  // ints); the stage is not refilled before the next tile.
+  const auto group_terms = [&](int st, int g) {
+    return reinterpret_cast<int*>(scales_s + st * (m.scales_stage / 2) +
+                                  g * kScaleGroupBlocks * sp);
+  };
   auto prep = [&](int tile, int st) {
     const std::uint16_t* sc = scales_s + st * (m.scales_stage / 2);
     const int blocks_here = nb - tile * tb;  // blocks of the tile that hold tokens (may be > tb)
@@ -390,6 +400,24 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
             wg[mma::weight_index(h, sl, sp)] = static_cast<std::int8_t>(
                 live ? quantize_weight(qs[h * sp + sl] * scale, shift[h]) : 0);
       }
+      // The constant term of the group's blocks and heads (plane_scan_fragments.hpp): one MMA
+      // per 32 slots over the multipliers and the weights just written.
+      __syncwarp();
+      int term[4] = {0, 0, 0, 0};
+      for (int k0 = 0; k0 < slots_read; k0 += 2 * mma::kSlotsPerWord) {
+        std::uint32_t af[4], bf[2];
+        mma::offset_fragments(mults + g * kScaleGroupBlocks * sp, magnitudes,
+                              wts + static_cast<std::int64_t>(g) * hp * sp, sp, hp, k0, slots_read,
+                              lane, af, bf);
+        mma_u8s8(term, af, bf);
+      }
+      if (2 * (lane % 4) < hp) {  // columns 2t, 2t + 1 of rows g, g + 8; heads_pad is even
+        int* at = group_terms(st, g) + (lane / 4) * hp + 2 * (lane % 4);
+        at[0] = -term[0];
+        at[1] = -term[1];
+        at[8 * hp] = -term[2];
+        at[8 * hp + 1] = -term[3];
+      }
       int my_shift = kNoWeights;
 #pragma unroll
       for (int h = 0; h < MAX_HEADS; ++h)
@@ -413,6 +441,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     const std::uint64_t* tw = words_s + st * (m.words_stage / 8);
     const int g = w0 / kScaleGroupBlocks;
     const std::uint8_t* wb = wts + static_cast<std::int64_t>(g) * hp * sp;
+    const int* terms = group_terms(st, g);
     const std::uint8_t* bm[kPerWarp];
     bool live[kPerWarp];
 #pragma unroll
@@ -420,31 +449,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       bm[k] = mults + (w0 + k * kWarps) * sp;
       live[k] = tile * tb + w0 + k * kWarps < nb;
     }
-    // Each block's constant term per head, sum_j W_j m_j o_j: lanes over slots, then one
-    // reduction per head (every lane gets every head's sum).
-    int part[kPerWarp][MAX_HEADS];
-#pragma unroll
-    for (int k = 0; k < kPerWarp; ++k)
-#pragma unroll
-      for (int h = 0; h < MAX_HEADS; ++h) part[k][h] = 0;
-    for (int sl = lane; sl < n_slots; sl += 32) {
-      const int o = code_offset(mma::slot_depth(slot_info[sl]));
-#pragma unroll
-      for (int h = 0; h < MAX_HEADS; ++h) {
-        if (h < hp) {
-          const int wo = static_cast<int>(reinterpret_cast<const std::int8_t*>(
-                             wb)[mma::weight_index(h, sl, sp)]) *
-                         o;
-#pragma unroll
-          for (int k = 0; k < kPerWarp; ++k) part[k][h] += wo * bm[k][sl];
-        }
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kPerWarp; ++k)
-#pragma unroll
-      for (int h = 0; h < MAX_HEADS; ++h)
-        if (h < hp) part[k][h] = __reduce_add_sync(0xffffffffu, part[k][h]);
     int acc[kPerWarp][kPairs][4];
 #pragma unroll
     for (int k = 0; k < kPerWarp; ++k)
@@ -474,7 +478,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
     }
     // Per pair: this lane's head, its shift and the smallest sum that can enter (per group).
-    const bool second = (lane % 4) / 2 != 0;
     int shift[kPairs], least[kPairs];
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
@@ -492,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       int offset[kPairs], floor[kPairs];
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
-        offset[p] = second ? part[k][2 * p + 1] : part[k][2 * p];
+        offset[p] = terms[((w0 + k * kWarps) % kScaleGroupBlocks) * hp + mma::lane_head(lane, p)];
         floor[p] =
             least[p] == INT_MIN || least[p] == INT_MAX ? least[p] : (least[p] - offset[p]) >> 1;
       }

@@ -137,9 +137,9 @@ struct ScanSharedPlan {
   int tile_blocks = 0;
   int threads = 0;  ///< threads per scan block (the variant's)
   int groups = 0;   ///< scale groups per tile (tile_blocks / kScaleGroupBlocks)
-  std::int64_t queries = 0, slot_channel = 0, slot_info = 0, unit_code = 0, words = 0, scales = 0,
-               weights = 0, multipliers = 0, group_max = 0, shifts = 0, min_sums = 0, counts = 0,
-               thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
+  std::int64_t queries = 0, slot_channel = 0, slot_info = 0, magnitudes = 0, unit_code = 0,
+               words = 0, scales = 0, weights = 0, multipliers = 0, group_max = 0, shifts = 0,
+               min_sums = 0, counts = 0, thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
   std::int64_t words_stage = 0, scales_stage = 0;  ///< bytes of one pipeline stage
 };
 /// Throws Error (naming top_k and the budget) when it exceeds the scan's shared-memory budget.

@@ -236,24 +236,72 @@ HISPARSE_HD void a_fragment(const std::uint64_t* tile_words, int tile_blocks, in
   for (int i = 0; i < 4; ++i) a[i] = one[0][i];
 }
 
+/// Four bytes from p (4-byte aligned) as a little-endian word: one 32-bit load on the GPU.
+HISPARSE_HD std::uint32_t load_word(const std::uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const std::uint32_t*>(p);
+#else
+  std::uint32_t v = 0;
+  for (int k = 0; k < 4; ++k) v |= static_cast<std::uint32_t>(p[k]) << (8 * k);
+  return v;
+#endif
+}
 /// The 32-bit weight word of `lane` for head-pair `pair` and k-steps 2 ks2, 2 ks2 + 1.
 HISPARSE_HD std::uint32_t weight_word(const std::uint8_t* block_weights, int slots_pad, int pair,
                                       int ks2, int lane) {
   const int head = 2 * pair + (lane / 4) / 4, t = lane % 4;
-  std::uint32_t v = 0;
-  const std::uint8_t* p = block_weights + weight_index(head, kSlotsPerWord * ks2 + t, slots_pad);
-#if defined(__CUDA_ARCH__)
-  v = *reinterpret_cast<const std::uint32_t*>(p);
-#else
-  for (int k = 0; k < 4; ++k) v |= static_cast<std::uint32_t>(p[k]) << (8 * k);
-#endif
-  return v;
+  return load_word(block_weights + weight_index(head, kSlotsPerWord * ks2 + t, slots_pad));
 }
 /// b0/b1 of k-step 2 ks2 + odd from that word.
 HISPARSE_HD void b_fragment(std::uint32_t word, int odd, int lane, std::uint32_t b[2]) {
   const int q = (lane / 4) % 4;
   b[0] = byte_permute(word, 0u, weight_selector(2 * odd, q));
   b[1] = byte_permute(word, 0u, weight_selector(2 * odd + 1, q));
+}
+
+// The constant term of the partial reads, sum_j W_j m_bj o_j per block and head, is one MMA per
+// 32 slots for a whole scale group: A'[block][slot] = m_bj |o_j| (u8: at most 16 x 15),
+// B'[slot][head] = W[head][slot]; C' is minus the term of each of the group's 16 blocks (rows)
+// and 8 heads (columns). K position 4t + i of lane (g, t) holds slot k0 + t + 4i (and 16 + 4t + i
+// holds slot k0 + 16 + t + 4i), so that the lane's B' registers are 32-bit words of the weights'
+// [head][t][slot / 4] layout. One MMA per group replaces a reduction per block and head.
+
+/// |o| of a slot's depth (slot_info): the byte the kernel keeps per slot for the A' bytes.
+HISPARSE_HD std::uint8_t offset_magnitude(int slot_info) {
+  return static_cast<std::uint8_t>(-code_offset(slot_depth(slot_info)));
+}
+/// Bytes m |o| of one block (block_mult: its multiplier per slot; magnitude: |o| per slot) for
+/// slots first + 4i, i < 4.
+HISPARSE_HD std::uint32_t offset_a_register(const std::uint8_t* block_mult,
+                                            const std::uint8_t* magnitude, int first) {
+  std::uint32_t v = 0;
+  HISPARSE_FRAGMENT_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const int slot = first + 4 * i;
+    v |= static_cast<std::uint32_t>(block_mult[slot] * magnitude[slot]) << (8 * i);
+  }
+  return v;
+}
+/// A' and B' registers of `lane` for slots [k0, k0 + 32) of a scale group whose multipliers are
+/// group_mult[block * slots_pad + slot] (16 blocks) and whose weights are group_weights
+/// (weight_index). Slots from slots_read on (a multiple of 16) enter as zeros; heads from
+/// heads_pad on have no weights (zero columns).
+HISPARSE_HD void offset_fragments(const std::uint8_t* group_mult, const std::uint8_t* magnitude,
+                                  const std::uint8_t* group_weights, int slots_pad, int heads_pad,
+                                  int k0, int slots_read, int lane, std::uint32_t a[4],
+                                  std::uint32_t b[2]) {
+  const int g = lane / 4, t = lane % 4;
+  const bool upper = k0 + kSlotsPerWord < slots_read;
+  const std::uint8_t* row0 = group_mult + g * slots_pad;
+  const std::uint8_t* row1 = group_mult + (g + 8) * slots_pad;
+  a[0] = offset_a_register(row0, magnitude, k0 + t);
+  a[1] = offset_a_register(row1, magnitude, k0 + t);
+  a[2] = upper ? offset_a_register(row0, magnitude, k0 + kSlotsPerWord + t) : 0u;
+  a[3] = upper ? offset_a_register(row1, magnitude, k0 + kSlotsPerWord + t) : 0u;
+  b[0] = g < heads_pad ? load_word(group_weights + weight_index(g, k0 + t, slots_pad)) : 0u;
+  b[1] = g < heads_pad && upper
+             ? load_word(group_weights + weight_index(g, k0 + kSlotsPerWord + t, slots_pad))
+             : 0u;
 }
 
 /// Token (within the block) of accumulator i of `lane`, and its head within the pair.

@@ -186,6 +186,10 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   const std::int64_t tb = tile_blocks, hp = m.heads_pad, sp = m.slots_pad;
   m.words_stage = align16(m.units_cap * tb * 8);
   m.scales_stage = align16(sp * tb * 2);
+  // After the prep the kernel keeps a scale group's blocks' constant terms (16 x heads_pad ints)
+  // in the group's part of a stage's scales (16 x slots_pad x 2 bytes): slots_pad >= 16 >= 2 x
+  // heads_pad.
+  static_assert(2 * kMaxGroupHeads <= 16);
   m.words = take(2 * m.words_stage);
   m.scales = take(2 * m.scales_stage);
   m.queries = take(hp * sp * 4);
@@ -194,6 +198,7 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   const std::int64_t slots_all = (static_cast<std::int64_t>(d) + 15) / 16 * 16;
   m.slot_channel = take(slots_all * 4);
   m.slot_info = take(slots_all * 4);
+  m.magnitudes = take(sp);
   m.unit_code = take(static_cast<std::int64_t>(kPlanes) * d * 4);
   if (tile_blocks < kScaleGroupBlocks || tile_blocks % kScaleGroupBlocks != 0)
     throw Error(

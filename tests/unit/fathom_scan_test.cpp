@@ -394,7 +394,11 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
           group_max[sl] = kf::group_scale_max(group_max[sl], scale(b, sl));
         mult[sl] = static_cast<std::uint8_t>(kf::scale_multiplier(scale(block, sl), group_max[sl]));
       }
+      // Weights past the slots a warp reads are never written by the kernel: garbage here.
+      const int slots_read = (slots + 15) / 16 * 16;
       std::vector<std::uint8_t> wts(static_cast<std::size_t>(hp) * sp, 0);
+      for (int h = 0; h < hp; ++h)
+        for (int sl = slots_read; sl < sp; ++sl) wts[km::weight_index(h, sl, sp)] = 0x5a;
       std::vector<int> offset(hp, 0), shift(hp, kf::kNoWeights);
       for (int h = 0; h < hp; ++h) {
         float max_abs = 0;
@@ -411,6 +415,35 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
           offset[h] += wq * mult[sl] * kf::code_offset(km::slot_depth(slot_info[sl]));
         }
       }
+      // The constant terms of the group's 16 blocks from the offset MMA: multipliers of blocks
+      // past the end are 0, of padding slots garbage (their |o| is 0 and their weights are 0 or
+      // never read).
+      std::vector<std::uint8_t> group_mult(static_cast<std::size_t>(kf::kScaleGroupBlocks) * sp,
+                                           0xc8),
+          magnitude(sp, 0);
+      for (int sl = 0; sl < sp; ++sl) magnitude[sl] = km::offset_magnitude(slot_info[sl]);
+      for (int r = 0; r < kf::kScaleGroupBlocks; ++r)
+        for (int sl = 0; sl < slots; ++sl)
+          group_mult[static_cast<std::size_t>(r) * sp + sl] =
+              g0 + r < nb ? static_cast<std::uint8_t>(
+                                kf::scale_multiplier(scale(g0 + r, sl), group_max[sl]))
+                          : 0;
+      int terms[32][4] = {};
+      for (int k0 = 0; k0 < slots_read; k0 += 32) {
+        std::uint32_t a[32][4], b[32][2];
+        for (int lane = 0; lane < 32; ++lane)
+          km::offset_fragments(group_mult.data(), magnitude.data(), wts.data(), sp, hp, k0,
+                               slots_read, lane, a[lane], b[lane]);
+        emulate_mma(a, b, terms);
+      }
+      const int row = static_cast<int>(block - g0);
+      for (int lane = 0; lane < 32; ++lane)
+        for (int r = 0; r < 4; ++r)
+          if (lane / 4 + 8 * (r >> 1) == row) {
+            const int h = 2 * (lane % 4) + (r & 1);
+            ASSERT_EQ(-terms[lane][r], h < hp ? offset[h] : 0)
+                << "block " << block << " head " << h;
+          }
       int acc[32][km::kMaxPairs][4] = {};
       const int pairs = hp / 2;
       for (int ks2 = 0; ks2 < (slots + 15) / 16; ++ks2)
