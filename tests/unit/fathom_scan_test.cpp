@@ -388,12 +388,21 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
         return sl < scaled ? f16_to_float(scales[L.scale_index(b, slot_channel[sl])]) : 1.0f;
       };
       std::vector<float> group_max(sp, 0.0f);
-      std::vector<std::uint8_t> mult(sp, 0);
-      for (int sl = 0; sl < slots; ++sl) {
+      for (int sl = 0; sl < slots; ++sl)
         for (std::int64_t b = g0; b < g1; ++b)
           group_max[sl] = kf::group_scale_max(group_max[sl], scale(b, sl));
-        mult[sl] = static_cast<std::uint8_t>(kf::scale_multiplier(scale(block, sl), group_max[sl]));
-      }
+      // The multipliers of the group's 16 blocks: 0 past the end, garbage in the padding slots
+      // (their codes and |o| are 0, their weights 0 or never read).
+      std::vector<std::uint8_t> group_mult(static_cast<std::size_t>(kf::kScaleGroupBlocks) * sp,
+                                           0xc8);
+      for (int r = 0; r < kf::kScaleGroupBlocks; ++r)
+        for (int sl = 0; sl < slots; ++sl)
+          group_mult[static_cast<std::size_t>(r) * sp + sl] =
+              g0 + r < nb ? static_cast<std::uint8_t>(
+                                kf::scale_multiplier(scale(g0 + r, sl), group_max[sl]))
+                          : 0;
+      const int row = static_cast<int>(block - g0);
+      const std::uint8_t* mult = group_mult.data() + static_cast<std::size_t>(row) * sp;
       // Weights past the slots a warp reads are never written by the kernel: garbage here.
       const int slots_read = (slots + 15) / 16 * 16;
       std::vector<std::uint8_t> wts(static_cast<std::size_t>(hp) * sp, 0);
@@ -415,19 +424,9 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
           offset[h] += wq * mult[sl] * kf::code_offset(km::slot_depth(slot_info[sl]));
         }
       }
-      // The constant terms of the group's 16 blocks from the offset MMA: multipliers of blocks
-      // past the end are 0, of padding slots garbage (their |o| is 0 and their weights are 0 or
-      // never read).
-      std::vector<std::uint8_t> group_mult(static_cast<std::size_t>(kf::kScaleGroupBlocks) * sp,
-                                           0xc8),
-          magnitude(sp, 0);
+      // The constant terms of the group's 16 blocks from the offset MMA.
+      std::vector<std::uint8_t> magnitude(sp, 0);
       for (int sl = 0; sl < sp; ++sl) magnitude[sl] = km::offset_magnitude(slot_info[sl]);
-      for (int r = 0; r < kf::kScaleGroupBlocks; ++r)
-        for (int sl = 0; sl < slots; ++sl)
-          group_mult[static_cast<std::size_t>(r) * sp + sl] =
-              g0 + r < nb ? static_cast<std::uint8_t>(
-                                kf::scale_multiplier(scale(g0 + r, sl), group_max[sl]))
-                          : 0;
       int terms[32][4] = {};
       for (int k0 = 0; k0 < slots_read; k0 += 32) {
         std::uint32_t a[32][4], b[32][2];
@@ -436,7 +435,6 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
                                slots_read, lane, a[lane], b[lane]);
         emulate_mma(a, b, terms);
       }
-      const int row = static_cast<int>(block - g0);
       for (int lane = 0; lane < 32; ++lane)
         for (int r = 0; r < 4; ++r)
           if (lane / 4 + 8 * (r >> 1) == row) {
@@ -450,7 +448,7 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
         for (int odd = 0; odd < 2; ++odd) {
           std::uint32_t a[32][4];
           for (int lane = 0; lane < 32; ++lane)
-            km::a_fragment(tile.data(), tb, w, slot_info.data(), mult.data(), 2 * ks2 + odd, lane,
+            km::a_fragment(tile.data(), tb, w, slot_info.data(), mult, 2 * ks2 + odd, lane,
                            a[lane]);
           for (int pair = 0; pair < pairs; ++pair) {
             std::uint32_t b[32][2];
