@@ -109,9 +109,18 @@ struct HostStaging {
   int rounds_per_copy = 0;  ///< 0: kStageRoundsPerCopy
 };
 
+/// Longest period of per-KV-head budgets that work-sized chunks follow (PlaneScanWorkspace).
+inline constexpr int kMaxChunkPeriod = 16;
+
 /// Device workspace of the fused kernels (sized by plane_scan_workspace, owned by lib/).
 struct PlaneScanWorkspace {
-  std::int32_t chunks = 1;                   ///< scan blocks per stream
+  std::int32_t chunks = 1;  ///< chunk slots per stream (the grid's x extent)
+  /// Work-sized chunks (per-KV-head budgets, planes not staged): stream s scans its tiles in
+  /// period_chunks[s % chunk_period] chunks (1..chunks), so that a stream with a larger budget
+  /// takes more, shorter chunks and every block of the wave ends at about the same time; its
+  /// other chunk slots stay empty (count 0). chunk_period 0: every stream takes `chunks`.
+  std::int32_t chunk_period = 0;
+  std::int32_t period_chunks[kMaxChunkPeriod] = {};
   std::int32_t tile_blocks = 16;             ///< quantization blocks per tile
   std::int32_t variant = 0;                  ///< index into kScanVariants (plane_scan_config.hpp)
   std::int32_t budget = 0;                   ///< largest sum of depths of any stream
@@ -120,6 +129,10 @@ struct PlaneScanWorkspace {
   /// Shape of the host staging when plan_scan_workspace was asked for it (pointers are the
   /// owner's to set; left null, the scan reads host planes directly).
   PlaneStaging staging;
+  /// Chunks stream `s` is scanned in.
+  [[nodiscard]] HISPARSE_HD std::int32_t chunks_of(std::int32_t s) const {
+    return chunk_period > 0 ? period_chunks[s % chunk_period] : chunks;
+  }
   [[nodiscard]] std::int64_t candidate_words(const PlaneScanArgs& a) const {
     return static_cast<std::int64_t>(a.streams) * a.heads * chunks * a.keep;
   }
@@ -150,12 +163,15 @@ struct ScanSharedPlan {
 /// Chooses chunks and tile size for a launch on a GPU with `multiprocessors` SMs; `budget` is the
 /// largest sum of depths any stream will use; `variant` indexes kScanVariants. With
 /// `staging.enabled` and host-layout planes it also sizes a PlaneStaging (HBM-sized tiles, the
-/// copy kernel's blocks taken out of the scan's residency). Throws Error when the variant does
-/// not exist, the staging shape is negative, or the candidate buffers of `heads` x `keep` do not
-/// fit in shared memory.
-[[nodiscard]] PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget,
-                                                     int multiprocessors, int variant = 0,
-                                                     HostStaging staging = {});
+/// copy kernel's blocks taken out of the scan's residency). `head_budgets` (optional, host
+/// memory): the budget of stream s is head_budgets[s % size]; unequal budgets with a period of
+/// at most kMaxChunkPeriod give work-sized chunks (PlaneScanWorkspace::chunk_period) unless the
+/// planes are staged, whose copy rounds assume equal chunks. Throws Error when the variant does
+/// not exist, the staging shape is negative, a head budget lies outside 0..budget, or the
+/// candidate buffers of `heads` x `keep` do not fit in shared memory.
+[[nodiscard]] PlaneScanWorkspace plan_scan_workspace(
+    const PlaneScanArgs& args, int budget, int multiprocessors, int variant = 0,
+    HostStaging staging = {}, std::span<const std::int32_t> head_budgets = {});
 
 /// Throws Error naming `where` unless 0 <= variant < kScanVariantCount.
 void check_scan_variant(int variant, const char* where);

@@ -87,6 +87,16 @@ constexpr int stage_copy_blocks(int streams) {
   return one_each > by_tables ? one_each : by_tables;
 }
 
+/// Work-sized chunks (PlaneScanWorkspace::chunk_period): a scan block's time is modelled as its
+/// tiles x (budget + kChunkWorkBits). The constant is the per-tile work that does not grow with
+/// the budget (prep, candidate selection). H200, 128K batch 8 (PERF_LOG 2026-12-02): a B80 chunk
+/// of 16 tiles took 463 us, a B16 chunk of 22 tiles 440 us, so a B16 tile costs 0.70 of a B80
+/// tile: (16 + K) / (80 + K) = 0.70 at K = 133.
+inline constexpr int kChunkWorkBits = 128;
+/// What a chunk's start costs in the model, in tiles: its selection starts from an empty
+/// threshold, and its candidates join the per-stream merge.
+inline constexpr int kChunkStartTiles = 1;
+
 /// 64-token blocks one warp scores together in a round: independent MMA chains that share one
 /// scale group's weights. 8-warp blocks take 2 (a round is one 16-block group: 436 against 446 us
 /// at 128K batch 8, 8.3 against 8.9 ms at 1M batch 32, PERF_LOG 2026-12-01); 4-warp blocks take

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
@@ -241,8 +243,82 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   return m;
 }
 
+namespace {
+
+// Greedy list schedule of a scan grid on `resident` block slots, blocks started in linear order
+// as slots free up: when the last block ends. Block (c, s) takes
+// (ceil(tiles / chunks_of(s)) + kChunkStartTiles) x work(s), or nothing when c >= chunks_of(s)
+// (an empty slot).
+template <typename ChunksOf, typename WorkOf>
+double schedule_makespan(std::int64_t streams, std::int64_t tiles, std::int64_t resident,
+                         ChunksOf chunks_of, WorkOf work_of) {
+  std::vector<double> ends(static_cast<std::size_t>(std::max<std::int64_t>(1, resident)), 0.0);
+  std::make_heap(ends.begin(), ends.end(), std::greater<>());
+  double last = 0;
+  for (std::int64_t s = 0; s < streams; ++s) {
+    const std::int64_t c_s = chunks_of(s);
+    const double block =
+        static_cast<double>((tiles + c_s - 1) / c_s + kChunkStartTiles) * work_of(s);
+    for (std::int64_t c = 0; c < c_s; ++c) {  // empty slots free at once: not modelled
+      std::pop_heap(ends.begin(), ends.end(), std::greater<>());
+      ends.back() += block;
+      last = std::max(last, ends.back());
+      std::push_heap(ends.begin(), ends.end(), std::greater<>());
+    }
+  }
+  return last;
+}
+
+// Work-sized chunks for unequal per-KV-head budgets: the heaviest stream takes `c` chunks and
+// every other stream chunks in proportion to its work, with no more blocks in all than the
+// uniform plan's (its wave rule stands; the blocks are only shared out by work). The count of
+// the heaviest is the one with the shortest modelled schedule, which must beat the uniform
+// plan's by 5%; otherwise the workspace stays uniform.
+void plan_work_sized_chunks(PlaneScanWorkspace& ws, std::span<const std::int32_t> head_budgets,
+                            std::int64_t streams, std::int64_t tiles, std::int64_t resident,
+                            std::int64_t max_chunks) {
+  const auto period = static_cast<std::int64_t>(head_budgets.size());
+  if (period < 1 || period > kMaxChunkPeriod) return;
+  if (std::all_of(head_budgets.begin(), head_budgets.end(),
+                  [&](std::int32_t b) { return b == head_budgets.front(); }))
+    return;
+  const auto work = [&](std::int64_t s) {
+    return static_cast<double>(head_budgets[static_cast<std::size_t>(s % period)] + kChunkWorkBits);
+  };
+  double heaviest = 0;
+  for (std::int64_t s = 0; s < streams; ++s) heaviest = std::max(heaviest, work(s));
+  const auto share = [&](std::int64_t c, std::int64_t s) {
+    return std::clamp<std::int64_t>(std::llround(static_cast<double>(c) * work(s) / heaviest), 1,
+                                    c);
+  };
+  const std::int64_t blocks = streams * ws.chunks;
+  double best = schedule_makespan(
+      streams, tiles, resident, [&](std::int64_t) { return std::int64_t{ws.chunks}; }, work);
+  const double uniform = best;
+  std::int64_t best_c = 0;
+  for (std::int64_t c = ws.chunks + 1; c <= max_chunks; ++c) {
+    std::int64_t total = 0;
+    for (std::int64_t s = 0; s < streams; ++s) total += share(c, s);
+    if (total > blocks) break;  // shares only grow with c
+    const double span = schedule_makespan(
+        streams, tiles, resident, [&](std::int64_t s) { return share(c, s); }, work);
+    if (span < best) {
+      best = span;
+      best_c = c;
+    }
+  }
+  if (best_c == 0 || best > 0.95 * uniform) return;
+  ws.chunks = static_cast<std::int32_t>(best_c);
+  ws.chunk_period = static_cast<std::int32_t>(period);
+  for (std::int64_t p = 0; p < period; ++p)
+    ws.period_chunks[p] = static_cast<std::int32_t>(share(best_c, p));
+}
+
+}  // namespace
+
 PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, int multiprocessors,
-                                       int variant, HostStaging host_staging) {
+                                       int variant, HostStaging host_staging,
+                                       std::span<const std::int32_t> head_budgets) {
   check_scan_variant(variant, "fathom scan: variant");
   const ScanVariant& v = kScanVariants[variant];
   PlaneScanWorkspace ws;
@@ -257,6 +333,11 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   // planes, which the scan reads from HBM); fewer blocks for large budgets.
   const bool staged = host_staging.enabled && args.layout.kind == PlaneLayoutKind::host &&
                       variant == kStagedVariant;
+  for (const std::int32_t b : head_budgets)
+    if (b < 0 || b > budget)
+      throw Error("fathom scan: head budgets",
+                  fmt::format("a KV head's budget of {} for a launch sized for {}", b, budget),
+                  "size the launch for the largest head budget");
   if (host_staging.copy_blocks < 0 || host_staging.rounds_per_copy < 0)
     throw Error("fathom scan: staging",
                 fmt::format("{} copy blocks, {} rounds per copy", host_staging.copy_blocks,
@@ -331,6 +412,9 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
     }
   }
   ws.chunks = static_cast<std::int32_t>(best);
+  if (!staged)
+    plan_work_sized_chunks(ws, head_budgets, streams, tiles_max,
+                           static_cast<std::int64_t>(resident), max_chunks);
   if (staged) {
     PlaneStaging& st = ws.staging;
     st.units_cap = static_cast<std::int32_t>(units);

@@ -1,5 +1,8 @@
 #include "fathom/plane_scan.hpp"
 
+#include <fmt/format.h>
+
+#include "core/error.hpp"
 #include "trace/nvtx.hpp"
 
 namespace hisparse::fathom {
@@ -25,13 +28,21 @@ void PlaneScan::set_variant(int variant) {
   variant_ = variant;
 }
 
-void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stream) {
+void PlaneScan::set_multiprocessors(int count) {
+  if (count < 1)
+    throw Error("fathom scan: multiprocessors", fmt::format("{} SMs", count),
+                "plan for at least one SM");
+  multiprocessors_ = count;
+}
+
+void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stream,
+                    std::span<const std::int32_t> head_budgets) {
   HISPARSE_RANGE("fathom_scan_select", Phase::scan);
   // Planned on both backends: it also rejects shapes the kernel cannot take.
   kf::HostStaging staging = host_staging_;
   staging.enabled = staging.enabled && backend_ == Backend::cuda;
   [[maybe_unused]] kf::PlaneScanWorkspace ws =
-      kf::plan_scan_workspace(args, budget, multiprocessors_, variant_, staging);
+      kf::plan_scan_workspace(args, budget, multiprocessors_, variant_, staging, head_budgets);
   if (backend_ == Backend::cpu) {
     kf::plane_scan_select_ref(args);
     return;

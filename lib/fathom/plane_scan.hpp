@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/memory.hpp"
 #include "core/stream.hpp"
@@ -18,12 +19,19 @@ class PlaneScan {
   /// Fills the store's fields of `args` (words, scales, layout, lengths, max_tokens when 0).
   [[nodiscard]] static kernels::fathom::PlaneScanArgs args_for(const PlaneStore& store);
   /// Runs on `stream`; `budget` bounds the sum of depths of every stream (sizes the tile).
-  void run(const kernels::fathom::PlaneScanArgs& args, int budget, NativeStream stream = nullptr);
+  /// `head_budgets` (optional): stream s's budget is head_budgets[s % size]; unequal ones give
+  /// streams with larger budgets more, shorter chunks (plan_scan_workspace).
+  void run(const kernels::fathom::PlaneScanArgs& args, int budget, NativeStream stream = nullptr,
+           std::span<const std::int32_t> head_budgets = {});
   /// Selects a kernel variant (kernels/fathom/plane_scan_config.hpp kScanVariants; 0 is the
   /// default). Every variant gives the same selection; they differ in residency and speed.
   /// Throws Error for an index that does not exist.
   void set_variant(int variant);
   [[nodiscard]] int variant() const noexcept { return variant_; }
+  /// Plans chunks for `count` SMs instead of the device's (the scan sharing the GPU with other
+  /// kernels; tests use it to plan several waves for short streams). Throws Error below 1.
+  void set_multiprocessors(int count);
+  [[nodiscard]] int multiprocessors() const noexcept { return multiprocessors_; }
   /// Host-layout planes on the GPU: stage each step's active planes into HBM with a copy kernel
   /// that runs beside the scan (kernels::fathom::PlaneStaging; the default), or let the scan read
   /// mapped host memory itself (false). Both give the same selection. `copy_blocks` and

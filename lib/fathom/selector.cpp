@@ -140,7 +140,7 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
   args.selected = selected_.reserve_device(sel_count, backend_, "fathom selection");
   args.selected_count = counts_.reserve_device(static_cast<std::size_t>(streams), backend_,
                                                "fathom selection counts");
-  scan_.run(args, budget, stream_.native());
+  scan_.run(args, budget, stream_.native(), budgets);
   stream_.synchronize();
 
   selected_host_.resize(sel_count);

@@ -302,7 +302,12 @@ struct ScanCase {
   /// A budget per KV head (each <= budget): the plan has one variance row per entry (stream s
   /// uses row s % size), planned with DepthPlanArgs::budgets and fused with plan_budgets.
   std::vector<std::int32_t> head_budgets = {};
+  /// SMs the chunks are planned for (PlaneScan::set_multiprocessors); 0: the device's.
+  int multiprocessors = 0;
 };
+
+// Scan runs of run_scan_case whose workspace sized chunks by work (chunk_period > 0).
+int g_work_sized_runs = 0;
 
 // The first `count[s]` entries of each stream's selection equal the twin's.
 void expect_same_selection(const std::vector<std::int32_t>& want,
@@ -419,9 +424,11 @@ void run_scan_case(const ScanCase& c) {
     PlaneScan scan(Backend::cuda);
     scan.set_variant(variant);
     scan.set_host_staging(staging.on, staging.copy_blocks, staging.rounds_per_copy);
-    scan.run(a, c.budget, stream.native());
+    if (c.multiprocessors > 0) scan.set_multiprocessors(c.multiprocessors);
+    scan.run(a, c.budget, stream.native(), c.head_budgets);
     stream.synchronize();
     EXPECT_EQ(scan.workspace().variant, variant);
+    if (scan.workspace().chunk_period > 0) ++g_work_sized_runs;
     // The staging path really ran (where asked for, on the variant compiled for it), in the
     // shape asked for; the other variants read host planes in place.
     const kf::PlaneStaging& st = scan.workspace().staging;
@@ -479,7 +486,8 @@ void run_scan_case(const ScanCase& c) {
     PlaneScan scan(Backend::cuda);
     scan.set_variant(variant);
     scan.set_host_staging(staging.on, staging.copy_blocks, staging.rounds_per_copy);
-    scan.run(fused, c.budget, stream.native());
+    if (c.multiprocessors > 0) scan.set_multiprocessors(c.multiprocessors);
+    scan.run(fused, c.budget, stream.native(), c.head_budgets);
     stream.synchronize();
     EXPECT_EQ(to_host(planned.device_data(), planned.size(), Backend::cuda), depths);
     expect_same_selection(want, want_count, sel, cnt, max_sel);
@@ -586,6 +594,21 @@ TEST(FathomGpu, ScanSelectMatchesTwinWithPerHeadBudgets) {
   ScanCase host{PlaneLayoutKind::host, {40000, 3333, 100, 65536}, 4, 512, 64, false};
   host.head_budgets = {0, 64, 30, 41};
   run_scan_case(host);
+  // Planned for 4 and 8 SMs, the streams take chunks by budget (work-sized chunks,
+  // PlaneScanWorkspace::chunk_period: 5, 3 and 4, or 6, 4 and 5) in 11 of the runs: HBM with
+  // every variant at 8 SMs and variant 0 at 4, and at 8 SMs host planes wherever they are read
+  // in place (7 runs; staged planes keep equal chunks).
+  g_work_sized_runs = 0;
+  for (const int sms : {4, 8}) {
+    SCOPED_TRACE(std::to_string(sms) + " SMs");
+    for (const auto kind : {PlaneLayoutKind::hbm, PlaneLayoutKind::host}) {
+      ScanCase small{kind, {5000, 70001, 37, 2048, 9000, 3000}, 4, 512, 96, false};
+      small.head_budgets = {96, 8, 48};
+      small.multiprocessors = sms;
+      run_scan_case(small);
+    }
+  }
+  EXPECT_EQ(g_work_sized_runs, 11);
 }
 
 // One synthetic KV head of 32K + 11 tokens in a CPU and a CUDA plane store (host layout).

@@ -542,6 +542,18 @@ TEST(FathomScanTwin, FusedPlanSelectsLikeThePlannerThenTheScan) {
   EXPECT_EQ(got, want);
 }
 
+// The microbenchmark's scan shape: Qwen3-8B's groups of 4 query heads x 128 channels, top_k 512
+// (keep 476), `streams` KV streams of `tokens`.
+kf::PlaneScanArgs microbench_shape(std::int32_t streams = 0, std::int64_t tokens = 0) {
+  kf::PlaneScanArgs a;
+  a.layout.channels = 128;
+  a.heads = 4;
+  a.keep = 476;
+  a.streams = streams;
+  a.max_tokens = tokens;
+  return a;
+}
+
 TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
   kf::PlaneScanArgs a;
   a.layout.channels = 128;
@@ -575,10 +587,7 @@ TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
 }
 
 TEST(FathomScanTwin, ChunksFillWholeWavesOfScanBlocks) {
-  kf::PlaneScanArgs a;
-  a.layout.channels = 128;
-  a.heads = 4;
-  a.keep = 476;
+  kf::PlaneScanArgs a = microbench_shape();
   const auto chunks = [&](std::int32_t streams, std::int64_t tokens) {
     a.streams = streams;
     a.max_tokens = tokens;
@@ -590,17 +599,50 @@ TEST(FathomScanTwin, ChunksFillWholeWavesOfScanBlocks) {
   EXPECT_EQ(chunks(8, 2048), 1);       // at least 4 x keep tokens per chunk
 }
 
+// Per-KV-head budgets: streams with larger budgets take more, shorter chunks, so that a wave's
+// blocks end together (128K batch 8: 64 streams, heads alternating at budgets 80 and 16).
+TEST(FathomScanTwin, UnequalHeadBudgetsGiveWorkSizedChunks) {
+  kf::PlaneScanArgs a = microbench_shape(64, 131072);
+  const std::vector<std::int32_t> spread = {80, 16, 80, 16, 80, 16, 80, 16};
+  const auto ws = kf::plan_scan_workspace(a, 80, 132, 0, {}, spread);
+  ASSERT_EQ(ws.chunk_period, 8);
+  // Weights 80 + 128 and 16 + 128 (kChunkWorkBits): 5 and round(5 x 144 / 208) = 3 chunks, 256
+  // blocks as before. Every stream with budget 80 had 4 chunks of 16 tiles; now 13 tiles at
+  // most, against 22 tiles of budget 16. Modelled with one tile per chunk start: 14 x 208 = 2912
+  // and 23 x 144 = 3312 work units, against 17 x 208 = 3536 for the uniform plan.
+  EXPECT_EQ(ws.chunks, 5);
+  for (int p = 0; p < 8; ++p) EXPECT_EQ(ws.period_chunks[p], p % 2 == 0 ? 5 : 3) << "head " << p;
+  EXPECT_EQ(ws.chunks_of(0), 5);
+  EXPECT_EQ(ws.chunks_of(9), 3);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 80, 132).chunks, 4);  // without the budgets
+  // Equal budgets, a period above kMaxChunkPeriod, or staged host planes: the same chunks for
+  // every stream.
+  const auto equal = kf::plan_scan_workspace(a, 48, 132, 0, {}, std::vector<std::int32_t>(8, 48));
+  EXPECT_EQ(equal.chunk_period, 0);
+  EXPECT_EQ(equal.chunks, 4);
+  EXPECT_EQ(equal.chunks_of(3), 4);
+  std::vector<std::int32_t> long_period(kf::kMaxChunkPeriod + 2, 16);
+  long_period[0] = 80;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 80, 132, 0, {}, long_period).chunk_period, 0);
+  a.layout.kind = kf::PlaneLayoutKind::host;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 80, 132, 0, {true}, spread).chunk_period, 0);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 80, 132, 1, {true}, spread).chunk_period, 8);  // in place
+  // One wave already holds a chunk per 4 x keep tokens of every stream: nothing to gain.
+  a.layout.kind = kf::PlaneLayoutKind::hbm;
+  a.streams = 2;
+  a.max_tokens = 8192;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 80, 132, 0, {}, spread).chunk_period, 0);
+  EXPECT_EQ(test::error_message([&] { (void)kf::plan_scan_workspace(a, 64, 132, 0, {}, spread); }),
+            "fathom scan: head budgets: a KV head's budget of 80 for a launch sized for 64; size "
+            "the launch for the largest head budget");
+}
+
 // Staged host planes (PlaneStaging): the scan reads HBM, so it takes the HBM tile; the copy
 // kernel's blocks come out of the scan's residency; the staging holds the budget's units for
 // whole tiles and one round per `chunks` tiles. HBM planes and unasked-for staging size none.
 TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
-  kf::PlaneScanArgs a;
-  a.layout.channels = 128;
+  kf::PlaneScanArgs a = microbench_shape(8, 1048576);
   a.layout.kind = kf::PlaneLayoutKind::host;
-  a.heads = 4;
-  a.keep = 476;
-  a.streams = 8;
-  a.max_tokens = 1048576;
   const auto ws = kf::plan_scan_workspace(a, 48, 132, 0, {true});
   EXPECT_EQ(ws.tile_blocks, 16);
   EXPECT_EQ(ws.chunks, 31);  // 8 streams x 31 = 248 = 264 slots - 16 copy blocks
@@ -669,12 +711,7 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
 // blocks it was compiled for share one SM (228 KB, 1 KB per block reserved).
 TEST(FathomScanTwin, EveryVariantReachesItsResidencyAtTopK512) {
   ASSERT_EQ(kf::kScanVariantCount, 3);
-  kf::PlaneScanArgs a;
-  a.layout.channels = 128;
-  a.heads = 4;
-  a.keep = 476;
-  a.streams = 64;
-  a.max_tokens = 131072;
+  kf::PlaneScanArgs a = microbench_shape(64, 131072);
   const int hbm_tiles[] = {32, 16, 16}, host_tiles[] = {64, 16, 16}, threads[] = {256, 128, 128};
   const int blocks[] = {2, 4, 5};
   for (int v = 0; v < kf::kScanVariantCount; ++v) {
@@ -704,10 +741,7 @@ TEST(FathomScanTwin, EveryVariantReachesItsResidencyAtTopK512) {
 }
 
 TEST(FathomScanTwin, UnknownVariantIsRejectedWithTheValidRange) {
-  kf::PlaneScanArgs a;
-  a.layout.channels = 128;
-  a.heads = 4;
-  a.keep = 476;
+  const kf::PlaneScanArgs a = microbench_shape();
   EXPECT_EQ(test::error_message([&] { (void)kf::plan_scan_workspace(a, 48, 132, 3); }),
             "fathom scan: variant: scan variant 3 does not exist; use 0..2 (kScanVariants in "
             "plane_scan_config.hpp)");
@@ -716,6 +750,10 @@ TEST(FathomScanTwin, UnknownVariantIsRejectedWithTheValidRange) {
   EXPECT_EQ(scan.variant(), 0);
   scan.set_variant(2);
   EXPECT_EQ(scan.variant(), 2);
+  EXPECT_EQ(test::error_message([&] { scan.set_multiprocessors(0); }),
+            "fathom scan: multiprocessors: 0 SMs; plan for at least one SM");
+  scan.set_multiprocessors(4);
+  EXPECT_EQ(scan.multiprocessors(), 4);
 }
 
 // Selection quality of the scan's 8-bit weights against REFERENCE.md's float weights on the

@@ -17,8 +17,9 @@
 //  - fathom_scan_plan/{given|separate|fused}/hbm/budget:48/context:C/batch:8: the scan with depths
 //    planned beforehand, after the planner kernel in the same graph, or planned inside the scan
 //    (PlaneScanArgs::plan_variances); the difference is what planning costs a decode step.
-//  - fathom_scan_head_budgets/spread:S/...: budget 48 on average, KV heads alternating at 48 + S
-//    and 48 - S (fathom.head_budgets), planned in the scan: what a per-head split costs the scan.
+//  - fathom_scan_head_budgets/spread:S/chunks:work|uniform/...: budget 48 on average, KV heads
+//    alternating at 48 + S and 48 - S (fathom.head_budgets), planned in the scan: what a per-head
+//    split costs the scan, with chunks sized by each stream's work or the same for every stream.
 //  - fathom_plan/batch:S: the depth planner for batch x 8 streams at budget 48; us per call of one
 //    graph replay (what a decode step pays) and per launch within 100 back-to-back launches.
 //    fathom_plan_measured/batch:S: the same for PlanRule::measured's planner (read tables
@@ -34,6 +35,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,9 @@ struct ScanCase {
   /// A budget per KV head: even heads plan budget + spread, odd heads budget - spread (the mean
   /// stays `budget`; DepthPlanArgs::budgets), and the scan is sized for budget + spread.
   int head_spread = 0;
+  /// With a spread: chunks sized by each stream's work (PlaneScanWorkspace::chunk_period), or
+  /// the same number for every stream (the budgets withheld from the workspace plan).
+  bool work_chunks = true;
   [[nodiscard]] int max_budget() const { return budget + head_spread; }
 };
 
@@ -232,7 +237,12 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   fathom::PlaneScan scan(Backend::cuda);
   scan.set_variant(c.variant);
   scan.set_host_staging(c.staged, c.copy_blocks, c.rounds_per_copy);
-  scan.run(a, c.max_budget(), stream.native());  // warm-up; sizes the workspace outside the capture
+  // Unequal head budgets size the chunks by work (PlaneScanWorkspace::chunk_period).
+  const std::span<const std::int32_t> chunk_budgets =
+      c.head_spread != 0 && c.work_chunks ? std::span<const std::int32_t>(head_budgets)
+                                          : std::span<const std::int32_t>();
+  scan.run(a, c.max_budget(), stream.native(),
+           chunk_budgets);  // warm-up; sizes the workspace outside the capture
   stream.synchronize();
   std::vector<std::int32_t> counts(streams);
   copy_bytes(counts.data(), d_count.device_data(), counts.size() * 4, Backend::cuda);
@@ -248,7 +258,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
     if (c.copy_only) {
       kf::launch_plane_stage(a, scan.workspace(), s);
     } else {
-      scan.run(a, c.max_budget(), s);
+      scan.run(a, c.max_budget(), s, chunk_budgets);
     }
   });
   const double per_call = time_calls(
@@ -268,6 +278,8 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   const int resident = kf::plane_scan_resident_blocks(a, ws);
   const auto smem = kf::plan_scan_shared(a, c.max_budget(), ws.tile_blocks, ws.variant).total;
   state.counters["variant"] = ws.variant;
+  state.counters["chunks"] = ws.chunks;  // chunk slots per stream (the heaviest stream's)
+  state.counters["chunk_period"] = ws.chunk_period;
   state.counters["resident_warps_per_sm"] = resident * v.threads / 32;
   const std::string source =
       !host ? "HBM planes"
@@ -453,19 +465,25 @@ bool register_fathom() {
   }
   // A budget per KV head (fathom.head_budgets): mean 48, heads at 48 +- spread, planned in the
   // scan; the tiles are sized for the largest, which is what the spread can cost.
+  // chunks:work sizes each stream's chunks by its budget, chunks:uniform gives every stream the
+  // same number (what the scan did before work-sized chunks; the same selection).
   for (int spread : {0, 16, 32})
     for (const ScanCase& shape : {ScanCase{kf::PlaneLayoutKind::hbm, 48, 131072, 8},
                                   ScanCase{kf::PlaneLayoutKind::hbm, 48, 1048576, 32},
                                   ScanCase{kf::PlaneLayoutKind::host, 48, 131072, 8},
-                                  ScanCase{kf::PlaneLayoutKind::host, 48, 1048576, 1}}) {
-      ScanCase c = shape;
-      c.plan = ScanCase::Plan::fused;
-      c.head_spread = spread;
-      register_scan(fmt::format("fathom_scan_head_budgets/spread:{}/{}/budget:48/context:{}/"
-                                "batch:{}",
-                                spread, kind_name(c.kind), c.context, c.batch),
-                    c);
-    }
+                                  ScanCase{kf::PlaneLayoutKind::host, 48, 1048576, 1}})
+      for (bool work : {true, false}) {
+        if (!work && spread == 0) continue;  // equal budgets: one plan
+        ScanCase c = shape;
+        c.plan = ScanCase::Plan::fused;
+        c.head_spread = spread;
+        c.work_chunks = work;
+        register_scan(
+            fmt::format("fathom_scan_head_budgets/spread:{}/chunks:{}/{}/budget:48/"
+                        "context:{}/batch:{}",
+                        spread, work ? "work" : "uniform", kind_name(c.kind), c.context, c.batch),
+            c);
+      }
   // What the planner adds to a decode step's scan: given depths (no planner), the planner kernel
   // then the scan, and the plan fused into the scan; 1K tokens make the scan itself short.
   for (std::int64_t context : {1024, 131072})
