@@ -412,10 +412,10 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
     }
   }
   ws.chunks = static_cast<std::int32_t>(best);
-  if (!staged)
+  if (!staged) {
     plan_work_sized_chunks(ws, head_budgets, streams, tiles_max,
                            static_cast<std::int64_t>(resident), max_chunks);
-  if (staged) {
+  } else {
     PlaneStaging& st = ws.staging;
     st.units_cap = static_cast<std::int32_t>(units);
     st.slots_cap = std::min(st.units_cap, args.layout.channels);

@@ -27,6 +27,7 @@
 
 #include "core/cuda_check.hpp"
 #include "kernels/common/block_scan.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/hotcache/swap_in.hpp"
 #include "kernels/hotcache/swap_in_config.hpp"
 
@@ -1414,21 +1415,10 @@ int vector_width(const SwapInArgs& a) {
 
 template <int W>
 void launch_copy(const SwapInArgs& a, int blocks, bool early, bool spec, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(cfg::kCopyThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(a.batch + 1) * sizeof(int);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = a.use_pdl ? 1 : 0;
-  if (spec) {
-    HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W, true>, a, early));
-  } else {
-    HISPARSE_CUDA_CHECK(cudaLaunchKernelEx(&config, swap_in_copy<W, false>, a, early));
-  }
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const auto shared = static_cast<std::size_t>(a.batch + 1) * sizeof(int);
+  launch_dependent(spec ? swap_in_copy<W, true> : swap_in_copy<W, false>, grid,
+                   dim3(cfg::kCopyThreads), shared, stream, a.use_pdl, a, early);
 }
 
 // Bytes of the old-token array (one int per hot slot, 16-B aligned).

@@ -1,0 +1,79 @@
+// Launch-floor probe: what a one- or two-kernel CUDA graph costs on this GPU before any work, the
+// floor under the swap-in's smallest calls (resolve + copy, two nodes, the copy launched with
+// programmatic dependent launch). Timed like swap_in: L2 flushed, one graph replay between a pair
+// of events.
+// Names: launch_floor/nodes:N/pdl:P/blocks:B/writes:W: N kernels of B x 1024 threads, the second
+// with programmatic dependent launch when P = 1 and waiting for the first (griddepcontrol);
+// the first stores W ints of -1 per block (2048: a swap-in row's padding output at top_k 2048).
+// Counter: us per call. No result is checked beyond the kernels' completion: they compute nothing.
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/memory.hpp"
+#include "launch_floor_probe.hpp"
+#include "microbench_util.hpp"
+
+namespace hisparse::microbench {
+namespace {
+
+struct LaunchFloorCase {
+  int nodes;
+  bool pdl;
+  int blocks;
+  int writes;
+};
+
+constexpr int kFloorThreads = 1024;
+
+#if HISPARSE_WITH_CUDA
+void run_launch_floor(benchmark::State& state, const LaunchFloorCase& c) {
+  LaunchFloorArgs a;
+  a.nodes = c.nodes;
+  a.pdl = c.pdl;
+  a.blocks = c.blocks;
+  a.threads = kFloorThreads;
+  a.writes_per_block = c.writes;
+  auto sink =
+      Buffer<std::int32_t>::device(static_cast<std::size_t>(c.blocks) *
+                                       static_cast<std::size_t>(std::max(c.writes, kFloorThreads)),
+                                   Backend::cuda, "launch floor sink");
+  a.sink = sink.device_data();
+  Stream stream(Backend::cuda);
+  L2Flusher l2;
+  GpuTimer timer(stream);
+  const CapturedGraph graph(stream, [&](cudaStream_t s) { launch_floor_kernels(a, s); });
+  graph.launch(stream);  // warm-up
+  stream.synchronize();
+  const double per_call = time_calls(
+      state, timer, [&](std::size_t) { l2.flush(stream); },
+      [&](std::size_t) { graph.launch(stream); });
+  state.counters["us_per_call"] = per_call * 1e6;
+  state.SetLabel(
+      fmt::format("{} kernel(s) of {} x {} threads, empty work", c.nodes, c.blocks, kFloorThreads));
+}
+#endif
+
+void bench_launch_floor(benchmark::State& state, [[maybe_unused]] LaunchFloorCase c) {
+  guarded(state, "launch_floor", [&] { HISPARSE_GPU_ONLY(run_launch_floor(state, c)); });
+}
+
+[[maybe_unused]] const bool registered = [] {
+  for (const int nodes : {1, 2})
+    for (const bool pdl : {false, true}) {
+      if (nodes == 1 && pdl) continue;  // nothing depends on the one kernel
+      for (const int blocks : {1, 64})
+        for (const int writes : {0, 2048}) {
+          const LaunchFloorCase c{nodes, pdl, blocks, writes};
+          register_timed(fmt::format("launch_floor/nodes:{}/pdl:{}/blocks:{}/writes:{}", nodes,
+                                     pdl ? 1 : 0, blocks, writes),
+                         bench_launch_floor, c);
+        }
+    }
+  return true;
+}();
+
+}  // namespace
+}  // namespace hisparse::microbench

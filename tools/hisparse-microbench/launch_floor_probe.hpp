@@ -1,0 +1,27 @@
+// Device half of the launch-floor probe (bench_launch_floor.cpp): kernels that do nothing but
+// what a swap-in's smallest call cannot avoid, to time the floor of a one- or two-kernel graph.
+#pragma once
+
+#if HISPARSE_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hisparse::microbench {
+
+/// One graph's launches: `nodes` kernels (1 or 2) of `blocks` x `threads`, each thread of the
+/// first storing `writes_per_block / threads` ints of -1 (the padding rows of a swap-in's
+/// output) into `sink`; the second kernel, like the swap-in's copy, launched with programmatic
+/// dependent launch when `pdl` and waiting for the first (griddepcontrol) before one store.
+struct LaunchFloorArgs {
+  int nodes = 1;
+  bool pdl = false;
+  int blocks = 1;
+  int threads = 1024;
+  int writes_per_block = 0;
+  std::int32_t* sink = nullptr;  ///< blocks x max(writes_per_block, threads) ints
+};
+void launch_floor_kernels(const LaunchFloorArgs& a, cudaStream_t stream);
+
+}  // namespace hisparse::microbench
+#endif
