@@ -245,15 +245,14 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
 
 namespace {
 
-// Greedy list schedule of a scan grid on `resident` block slots, blocks started in linear order
-// as slots free up: when the last block ends. Block (c, s) takes
-// (ceil(tiles / chunks_of(s)) + kChunkStartTiles) x work(s), or nothing when c >= chunks_of(s)
-// (an empty slot).
+// Greedy list schedule of a scan grid on the resident block slots (`ends`: one end time per
+// slot, the caller's buffer), blocks started in linear order as slots free up: when the last
+// block ends. Block (c, s) takes (ceil(tiles / chunks_of(s)) + kChunkStartTiles) x work(s), or
+// nothing when c >= chunks_of(s) (an empty slot).
 template <typename ChunksOf, typename WorkOf>
-double schedule_makespan(std::int64_t streams, std::int64_t tiles, std::int64_t resident,
+double schedule_makespan(std::int64_t streams, std::int64_t tiles, std::vector<double>& ends,
                          ChunksOf chunks_of, WorkOf work_of) {
-  std::vector<double> ends(static_cast<std::size_t>(std::max<std::int64_t>(1, resident)), 0.0);
-  std::make_heap(ends.begin(), ends.end(), std::greater<>());
+  std::fill(ends.begin(), ends.end(), 0.0);  // a heap already
   double last = 0;
   for (std::int64_t s = 0; s < streams; ++s) {
     const std::int64_t c_s = chunks_of(s);
@@ -292,8 +291,9 @@ void plan_work_sized_chunks(PlaneScanWorkspace& ws, std::span<const std::int32_t
                                     c);
   };
   const std::int64_t blocks = streams * ws.chunks;
+  std::vector<double> ends(static_cast<std::size_t>(std::max<std::int64_t>(1, resident)));
   double best = schedule_makespan(
-      streams, tiles, resident, [&](std::int64_t) { return std::int64_t{ws.chunks}; }, work);
+      streams, tiles, ends, [&](std::int64_t) { return std::int64_t{ws.chunks}; }, work);
   const double uniform = best;
   std::int64_t best_c = 0;
   for (std::int64_t c = ws.chunks + 1; c <= max_chunks; ++c) {
@@ -301,7 +301,7 @@ void plan_work_sized_chunks(PlaneScanWorkspace& ws, std::span<const std::int32_t
     for (std::int64_t s = 0; s < streams; ++s) total += share(c, s);
     if (total > blocks) break;  // shares only grow with c
     const double span = schedule_makespan(
-        streams, tiles, resident, [&](std::int64_t s) { return share(c, s); }, work);
+        streams, tiles, ends, [&](std::int64_t s) { return share(c, s); }, work);
     if (span < best) {
       best = span;
       best_c = c;
