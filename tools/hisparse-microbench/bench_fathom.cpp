@@ -241,8 +241,8 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   const std::span<const std::int32_t> chunk_budgets =
       c.head_spread != 0 && c.work_chunks ? std::span<const std::int32_t>(head_budgets)
                                           : std::span<const std::int32_t>();
-  scan.run(a, c.max_budget(), stream.native(),
-           chunk_budgets);  // warm-up; sizes the workspace outside the capture
+  // Warm-up; sizes the workspace outside the capture.
+  scan.run(a, c.max_budget(), stream.native(), chunk_budgets);
   stream.synchronize();
   std::vector<std::int32_t> counts(streams);
   copy_bytes(counts.data(), d_count.device_data(), counts.size() * 4, Backend::cuda);
