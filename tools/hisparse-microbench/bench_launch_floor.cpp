@@ -19,27 +19,13 @@
 namespace hisparse::microbench {
 namespace {
 
-struct LaunchFloorCase {
-  int nodes;
-  bool pdl;
-  int blocks;
-  int writes;
-};
-
-constexpr int kFloorThreads = 1024;
-
 #if HISPARSE_WITH_CUDA
-void run_launch_floor(benchmark::State& state, const LaunchFloorCase& c) {
-  LaunchFloorArgs a;
-  a.nodes = c.nodes;
-  a.pdl = c.pdl;
-  a.blocks = c.blocks;
-  a.threads = kFloorThreads;
-  a.writes_per_block = c.writes;
-  auto sink =
-      Buffer<std::int32_t>::device(static_cast<std::size_t>(c.blocks) *
-                                       static_cast<std::size_t>(std::max(c.writes, kFloorThreads)),
-                                   Backend::cuda, "launch floor sink");
+// `a` is the case; its sink is allocated here.
+void run_launch_floor(benchmark::State& state, LaunchFloorArgs a) {
+  auto sink = Buffer<std::int32_t>::device(
+      static_cast<std::size_t>(a.blocks) *
+          static_cast<std::size_t>(std::max(a.writes_per_block, a.threads)),
+      Backend::cuda, "launch floor sink");
   a.sink = sink.device_data();
   Stream stream(Backend::cuda);
   L2Flusher l2;
@@ -52,11 +38,11 @@ void run_launch_floor(benchmark::State& state, const LaunchFloorCase& c) {
       [&](std::size_t) { graph.launch(stream); });
   state.counters["us_per_call"] = per_call * 1e6;
   state.SetLabel(
-      fmt::format("{} kernel(s) of {} x {} threads, empty work", c.nodes, c.blocks, kFloorThreads));
+      fmt::format("{} kernel(s) of {} x {} threads, empty work", a.nodes, a.blocks, a.threads));
 }
 #endif
 
-void bench_launch_floor(benchmark::State& state, [[maybe_unused]] LaunchFloorCase c) {
+void bench_launch_floor(benchmark::State& state, [[maybe_unused]] LaunchFloorArgs c) {
   guarded(state, "launch_floor", [&] { HISPARSE_GPU_ONLY(run_launch_floor(state, c)); });
 }
 
@@ -66,7 +52,11 @@ void bench_launch_floor(benchmark::State& state, [[maybe_unused]] LaunchFloorCas
       if (nodes == 1 && pdl) continue;  // nothing depends on the one kernel
       for (const int blocks : {1, 64})
         for (const int writes : {0, 2048}) {
-          const LaunchFloorCase c{nodes, pdl, blocks, writes};
+          LaunchFloorArgs c;  // 1024 threads per block
+          c.nodes = nodes;
+          c.pdl = pdl;
+          c.blocks = blocks;
+          c.writes_per_block = writes;
           register_timed(fmt::format("launch_floor/nodes:{}/pdl:{}/blocks:{}/writes:{}", nodes,
                                      pdl ? 1 : 0, blocks, writes),
                          bench_launch_floor, c);

@@ -2,10 +2,11 @@
 // what a swap-in's smallest call cannot avoid, to time the floor of a one- or two-kernel graph.
 #pragma once
 
+#include <cstdint>
+
 #if HISPARSE_WITH_CUDA
 #include <cuda_runtime.h>
-
-#include <cstdint>
+#endif
 
 namespace hisparse::microbench {
 
@@ -13,6 +14,7 @@ namespace hisparse::microbench {
 /// first storing `writes_per_block / threads` ints of -1 (the padding rows of a swap-in's
 /// output) into `sink`; the second kernel, like the swap-in's copy, launched with programmatic
 /// dependent launch when `pdl` and waiting for the first (griddepcontrol) before one store.
+/// Also the benchmark's case (its names list every field but `sink`).
 struct LaunchFloorArgs {
   int nodes = 1;
   bool pdl = false;
@@ -21,7 +23,8 @@ struct LaunchFloorArgs {
   int writes_per_block = 0;
   std::int32_t* sink = nullptr;  ///< blocks x max(writes_per_block, threads) ints
 };
+#if HISPARSE_WITH_CUDA
 void launch_floor_kernels(const LaunchFloorArgs& a, cudaStream_t stream);
+#endif
 
 }  // namespace hisparse::microbench
-#endif
