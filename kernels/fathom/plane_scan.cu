@@ -678,8 +678,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 // finalize_kernel sorts and deduplicates the selection with a bitmap of the stream's positions
 // when max_tokens / 8 bytes (and a summary bit per bitmap word) fit its shared memory (up to
 // about 1.8M tokens): one bit per position, then the set bits of the marked words read out in
-// order. Otherwise it bitonic-sorts the positions (66
-// barrier-separated stages at top_k 512; 20-25 us of the 29 us merge at 1K tokens, H200).
+// order. Otherwise it bitonic-sorts the positions (66 barrier-separated stages at top_k 512;
+// 20-25 us of the 29 us merge at 1K tokens, H200).
 struct FinalizeSmem {
   int sort_size = 0;  // 0 on the bitmap path
   std::int64_t bitmap_words = 0;
