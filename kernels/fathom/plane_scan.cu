@@ -682,7 +682,6 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 // 20-25 us of the 29 us merge at 1K tokens, H200).
 struct FinalizeSmem {
   int sort_size = 0;  // 0 on the bitmap path
-  std::int64_t bitmap_words = 0;
   std::int64_t positions = 0, scratch = 0, total = 0;
   std::int64_t summary = 0;  // bitmap path: one bit per bitmap word, set when the word is not 0
 };
@@ -695,7 +694,6 @@ FinalizeSmem plan_finalize_smem(const PlaneScanArgs& a) {
   const std::int64_t summary_words = (words + 31) / 32;
   if (a.max_tokens > 0 &&
       layout.size() + align16(words * 4) + align16(summary_words * 4) <= kFinalizeSharedMax) {
-    m.bitmap_words = words;
     m.positions = layout.take(words * 4);
     m.summary = layout.take(summary_words * 4);
   } else {
