@@ -3,7 +3,10 @@
 //   scattered: 64 requests x 410 rows (the swap-in at batch 64 / 20% miss), each request's rows
 //              random and ascending within its own 32K-row region, regions spread over the pool;
 //   one_request: 2048 rows of one request (batch 1 / 100% miss);
-//   contiguous: consecutive rows (a plane run, or the copy-engine ceiling's pattern).
+//   contiguous: consecutive rows (a plane run, or the copy-engine ceiling's pattern);
+//   rare_b64 / rare_b1: 2 rows in each of 64 requests / of one request (the misses of a swap-in at
+//              batch 64 / batch 1 and 0.1% miss): the host-read floor under those latency targets,
+//              a call that already knows its rows.
 // Names: host_gather/method:<sm_loads|bulk_async>/row:<bytes>/stride:<bytes>/pattern:<p>/
 // blocks_per_sm:<g>; the stride is the packed row or the row rounded up to 128-byte lines.
 // Counters: us per call, GB/s, fraction of the measured PCIe H2D ceiling (cudaMemcpy).
@@ -23,7 +26,7 @@
 namespace hisparse::microbench {
 namespace {
 
-enum class Pattern { scattered, one_request, contiguous };
+enum class Pattern { scattered, one_request, contiguous, rare_b64, rare_b1 };
 
 const char* pattern_name(Pattern p) {
   switch (p) {
@@ -31,6 +34,10 @@ const char* pattern_name(Pattern p) {
       return "scattered";
     case Pattern::one_request:
       return "one_request";
+    case Pattern::rare_b64:
+      return "rare_b64";
+    case Pattern::rare_b1:
+      return "rare_b1";
     default:
       return "contiguous";
   }
@@ -58,8 +65,9 @@ std::vector<std::int32_t> source_rows(const GatherCase& c, std::size_t pool_byte
     for (std::int64_t i = 0; i < n; ++i) rows.push_back(static_cast<std::int32_t>(i));
     return rows;
   }
-  const int requests = c.pattern == Pattern::scattered ? 64 : 1;
-  const int per_request = c.pattern == Pattern::scattered ? 410 : 2048;
+  const bool rare = c.pattern == Pattern::rare_b64 || c.pattern == Pattern::rare_b1;
+  const int requests = c.pattern == Pattern::scattered || c.pattern == Pattern::rare_b64 ? 64 : 1;
+  const int per_request = rare ? 2 : c.pattern == Pattern::scattered ? 410 : 2048;
   const std::int64_t region_gap = pool_rows / requests;
   Rng rng(seed);
   for (int r = 0; r < requests; ++r) {
@@ -145,6 +153,14 @@ void bench_gather(benchmark::State& state, [[maybe_unused]] GatherCase c) {
                 bench_gather, c);
           }
     }
+  // The latency floor of the 0.1% swap-in targets: packed 656-B rows, SM loads, default grid.
+  for (const auto pattern : {Pattern::rare_b64, Pattern::rare_b1}) {
+    const GatherCase c{kernels::HostReadMethod::sm_loads, 656, 656, pattern, 0};
+    register_timed(fmt::format("host_gather/method:sm_loads/row:656/stride:656/pattern:{}/"
+                               "blocks_per_sm:0",
+                               pattern_name(pattern)),
+                   bench_gather, c);
+  }
   return true;
 }();
 
