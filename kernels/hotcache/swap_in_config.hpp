@@ -25,7 +25,9 @@ inline constexpr int kCopyBlocksPerSm = 8;
 ///    run in many waves, each over a band of requests (batch 100 / 20%: 717 -> 629 us; batch 64 /
 ///    20%: 446 -> 409 us with the hash resolve; with the direct resolve, 2026-12-01 sweep: 16 x 4
 ///    gave 600 / 378 us, 32 x 2 gives 581 / 377 us).
-/// Smaller calls are latency-bound: no grouping, kCopyBlocksPerSm blocks per SM.
+/// Smaller calls, and calls with the speculative gather (batch 8 included), are latency-bound:
+/// no grouping, kCopyBlocksPerSm blocks per SM (batch 8 with the speculative gather on the
+/// large grid: 0.1% 15.1 us, 20% 59.6 us; on this one 13.3 / 56.3 us).
 /// At every batch a chunk is kCopyRowsPerChunk rows. At batch 1 that beat the chunk size giving
 /// each block at most one chunk (its search costs every block about 3 us): 20% miss 23.4 ->
 /// 20.5 us, 100% 45.6 -> 42.5 us (swap_in_tune, 2026-12-01).
