@@ -53,7 +53,9 @@ inline constexpr int kEarlyHandoffBelow = kLargeBatch;
 /// used below this many rows instead: its blocks that guessed nothing leave at once. One H200
 /// session, early below 4096 against below 8: batch 8 16.1 -> 15.1 us (0.1%) and 61.4 -> 59.9 us
 /// (20%); batch 16 16.8 -> 17.5 us and 105.8 -> 106.2 us; batch 64 19.7 -> 31.9 us and 377 ->
-/// 456 us; batch 100 22.3 -> 42.9 us and 580 -> 908 us. Batch 8 is the last that gains.
+/// 456 us; batch 100 22.3 -> 42.9 us and 580 -> 908 us. Batch 8 is the last that gains. With
+/// the small copy grid that speculative calls now keep (2026-12-02), below 65 against below 9:
+/// batch 16 even (15.1 -> 15.2 us at 0.1%), batch 32 15.8 -> 19.0 us, batch 64 17.8 -> 26.3 us.
 inline constexpr int kSpeculativeGatherBelow = kLargeBatch + 1;
 /// Largest batch the copy kernel's shared-memory chunk prefix holds.
 inline constexpr int kMaxBatch = 4096;
