@@ -1430,7 +1430,7 @@ std::size_t old_token_bytes(int hot) {
 // large grid's waves serve the miss-plan copy of large calls; a speculative call (fewer than
 // kSpeculativeGatherBelow rows) keeps the small grid, whose blocks each take a share of one
 // row's selection (H200, batch 8: 0.1% miss 15.1 -> 13.3 us, 20% 59.6 -> 56.3 us).
-int copy_grid(const SwapInArgs& a, bool spec = false) {
+int copy_grid(const SwapInArgs& a, bool spec) {
   if (a.copy_blocks > 0) return a.copy_blocks;
   int device = 0, sms = 0;
   HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
@@ -1444,7 +1444,7 @@ int copy_grid(const SwapInArgs& a, bool spec = false) {
 // one copy block per row (copy_speculative gives each block a share of one row).
 bool speculative(const SwapInArgs& a, bool early) {
   return early && a.plan.entry_slot != nullptr && a.hot_buffer.resident != nullptr &&
-         a.top_k <= cfg::kResolveThreads * cfg::kResolveItems && copy_grid(a) >= a.batch;
+         a.top_k <= cfg::kResolveThreads * cfg::kResolveItems && copy_grid(a, true) >= a.batch;
 }
 
 ResolveShape resolve_shape(const SwapInArgs& a, bool early) {

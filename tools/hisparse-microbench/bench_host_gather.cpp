@@ -54,7 +54,30 @@ struct GatherCase {
 constexpr int kPoolGb = 16;
 constexpr std::int64_t kRegionRows = 32768;
 
+std::string case_name(const GatherCase& c) {
+  return fmt::format("host_gather/method:{}/row:{}/stride:{}/pattern:{}/blocks_per_sm:{}",
+                     kernels::host_read_method_name(c.method), c.row_bytes, c.stride,
+                     pattern_name(c.pattern), c.blocks_per_sm);
+}
+
 #if HISPARSE_WITH_CUDA
+struct RequestRows {
+  int requests, per_request;
+};
+/// How many requests a scattered pattern spreads its rows over, and how many rows each.
+RequestRows request_rows(Pattern p) {
+  switch (p) {
+    case Pattern::scattered:
+      return {64, 410};
+    case Pattern::rare_b64:
+      return {64, 2};
+    case Pattern::rare_b1:
+      return {1, 2};
+    default:
+      return {1, 2048};
+  }
+}
+
 /// Source rows (in units of row_bytes from the pool's start) of one call.
 std::vector<std::int32_t> source_rows(const GatherCase& c, std::size_t pool_bytes,
                                       std::uint64_t seed) {
@@ -65,9 +88,7 @@ std::vector<std::int32_t> source_rows(const GatherCase& c, std::size_t pool_byte
     for (std::int64_t i = 0; i < n; ++i) rows.push_back(static_cast<std::int32_t>(i));
     return rows;
   }
-  const bool rare = c.pattern == Pattern::rare_b64 || c.pattern == Pattern::rare_b1;
-  const int requests = c.pattern == Pattern::scattered || c.pattern == Pattern::rare_b64 ? 64 : 1;
-  const int per_request = rare ? 2 : c.pattern == Pattern::scattered ? 410 : 2048;
+  const auto [requests, per_request] = request_rows(c.pattern);
   const std::int64_t region_gap = pool_rows / requests;
   Rng rng(seed);
   for (int r = 0; r < requests; ++r) {
@@ -146,20 +167,13 @@ void bench_gather(benchmark::State& state, [[maybe_unused]] GatherCase c) {
         for (const auto pattern : {Pattern::scattered, Pattern::one_request, Pattern::contiguous})
           for (const int per_sm : {0, 8, 32}) {
             const GatherCase c{method, row, stride, pattern, per_sm};
-            register_timed(
-                fmt::format("host_gather/method:{}/row:{}/stride:{}/pattern:{}/blocks_per_sm:{}",
-                            kernels::host_read_method_name(method), row, stride,
-                            pattern_name(pattern), per_sm),
-                bench_gather, c);
+            register_timed(case_name(c), bench_gather, c);
           }
     }
   // The latency floor of the 0.1% swap-in targets: packed 656-B rows, SM loads, default grid.
   for (const auto pattern : {Pattern::rare_b64, Pattern::rare_b1}) {
     const GatherCase c{kernels::HostReadMethod::sm_loads, 656, 656, pattern, 0};
-    register_timed(fmt::format("host_gather/method:sm_loads/row:656/stride:656/pattern:{}/"
-                               "blocks_per_sm:0",
-                               pattern_name(pattern)),
-                   bench_gather, c);
+    register_timed(case_name(c), bench_gather, c);
   }
   return true;
 }();
