@@ -27,14 +27,20 @@ TARGETS = [
     ("#4 host scan B48 1M batch 1 (fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:1/", "ceiling_fraction", ">=", 0.9),
     ("#4 planner batch 8, one graph replay", "fathom_plan/batch:8/", "us_per_call", "<=", 5),
 ]
-# Context rows printed under the table (not targets): the floor under the latency targets, a
+# Context rows printed under the table (not targets): the floors under the latency targets. A
 # two-kernel graph of empty 1024-thread kernels storing a row's 2048 padding outputs, the second
-# launched with programmatic dependent launch as the swap-in's copy is (launch_floor).
+# launched with programmatic dependent launch as the swap-in's copy is (launch_floor); and one
+# kernel gathering the host rows of a 0.1% call from a row list it already has (host_gather).
+HOST_GATHER = "host_gather/method:sm_loads/row:656/stride:656/pattern:"
 CONTEXT = [
     ("two-kernel graph floor, 1 block (under the batch-1 latency targets)",
      "launch_floor/nodes:2/pdl:1/blocks:1/writes:2048/", "us_per_call"),
     ("two-kernel graph floor, 64 blocks (under the batch-64 latency target)",
      "launch_floor/nodes:2/pdl:1/blocks:64/writes:2048/", "us_per_call"),
+    ("host reads of a batch-1 / 0.1% call, rows known (one kernel)",
+     HOST_GATHER + "rare_b1/blocks_per_sm:0/", "us_per_call"),
+    ("host reads of a batch-64 / 0.1% call, rows known (one kernel)",
+     HOST_GATHER + "rare_b64/blocks_per_sm:0/", "us_per_call"),
 ]
 # The fused planner's cost is a difference of two scans.
 FUSED = ("#4 planner fused into the scan (fused - given, 128K batch 8)",
