@@ -589,7 +589,7 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
     return s;
   };
   for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::direct_general})
-    for (int batch : {1, 3, 7, 8})  // 8: the large copy grid (32 blocks per SM)
+    for (int batch : {1, 3, 7, 8})  // 8: the largest speculative batch
       for (bool scramble : {false, true}) {
         Harness h(design_point(batch, 0, resolve), 60 + static_cast<std::uint64_t>(batch));
         run_steps(h, 5,
