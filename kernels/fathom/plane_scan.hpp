@@ -106,7 +106,7 @@ struct PlaneStaging {
 struct HostStaging {
   bool enabled = false;
   int copy_blocks = 0;      ///< 0: stage_copy_blocks(streams) (plane_scan_config.hpp)
-  int rounds_per_copy = 0;  ///< 0: kStageRoundsPerCopy
+  int rounds_per_copy = 0;  ///< 0: stage_rounds_per_copy (plane_scan_config.hpp)
 };
 
 /// Longest period of per-KV-head budgets that work-sized chunks follow (PlaneScanWorkspace).

@@ -69,8 +69,8 @@ inline constexpr std::int64_t kFinalizeSharedMax = 227 * 1024;
 /// in shared memory first). H200 sweep (budget 48, reports/PERF_LOG.md 2026-12-01): 1M x 8
 /// streams 1415 us at 16 blocks, 1397 at 64, 1412 at 128; 128K x 64 streams 1635 us at 16 (four
 /// streams per block), 1341 at 64 (one each), 1722 at 128. kStageRoundsPerCopy scan rounds move
-/// per copy step (4 was no better). kStageThreads: threads of the copy-only diagnostic kernel
-/// (those of the default scan variant).
+/// per copy step (4 was no better there; see stage_rounds_per_copy for many streams).
+/// kStageThreads: threads of the copy-only diagnostic kernel (those of the default scan variant).
 inline constexpr int kStageThreads = 256;
 inline constexpr int kStageUnroll = 4;
 inline constexpr int kStageBlocksMin = 16;
@@ -85,6 +85,28 @@ constexpr int stage_copy_blocks(int streams) {
                                                    : streams;
   const int by_tables = (streams + kStageStreamsPerBlock - 1) / kStageStreamsPerBlock;
   return one_each > by_tables ? one_each : by_tables;
+}
+
+/// A staging round copies one run of (round blocks x 8) bytes per stream and active (channel,
+/// plane), each in host pages of its own. Past kStageManyRuns runs per round the pages' address
+/// translations no longer last from one round to the next (on the H200 VM, the hypervisor's
+/// IOMMU), so such a copy moves at least kStageRunBytes of each run per step instead of one
+/// round. H200, 256 streams (batch 32), 2 chunks x 16-block tiles, so 256-byte runs (PERF_LOG
+/// 2026-12-03), 1 -> 16 -> 32 rounds per copy: B128 1M 353 -> 105 -> 103 ms (25% -> 85% of
+/// PCIe), B48 1M 45.3 -> 44.0 -> 43.7 ms, B48 128K 6.05 -> 5.37 -> 5.12 ms, B128 128K 13.6 ->
+/// 12.5 -> 12.4 ms. With fewer runs per round a longer step only delays the first round: 16
+/// rounds per copy took 1M x 8 streams from 1.26 to 1.32 ms and 128K x 64 streams (B48, 3,072
+/// runs) from 1.27 to 1.33 ms.
+inline constexpr std::int64_t kStageManyRuns = 8192;
+inline constexpr std::int64_t kStageRunBytes = 8192;
+/// Rounds per copy step (PlaneStaging::rounds_per_copy) for `streams` streams of at most `units`
+/// active (channel, plane) units, rounds of `round_blocks` 64-token blocks, `rounds` rounds.
+constexpr int stage_rounds_per_copy(std::int64_t streams, std::int64_t units,
+                                    std::int64_t round_blocks, int rounds) {
+  if (streams * units <= kStageManyRuns) return kStageRoundsPerCopy;
+  const std::int64_t run_bytes = round_blocks * 8;  // 64 tokens of one plane: 8 bytes per block
+  const std::int64_t per_copy = (kStageRunBytes + run_bytes - 1) / run_bytes;
+  return static_cast<int>(per_copy < rounds ? per_copy : rounds);
 }
 
 /// Work-sized chunks (PlaneScanWorkspace::chunk_period): a scan block's time is modelled as its

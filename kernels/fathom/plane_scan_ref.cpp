@@ -423,8 +423,9 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
     st.rounds = static_cast<std::int32_t>((tiles_max + best - 1) / best);
     st.copy_blocks = copy_blocks;
     st.parts = parts;
-    st.rounds_per_copy =
-        host_staging.rounds_per_copy > 0 ? host_staging.rounds_per_copy : kStageRoundsPerCopy;
+    st.rounds_per_copy = host_staging.rounds_per_copy > 0
+                             ? host_staging.rounds_per_copy
+                             : stage_rounds_per_copy(streams, units, best * tile, st.rounds);
   }
   return ws;
 }

@@ -1,5 +1,6 @@
-// hisparse-microbench's provenance (the device, versions and revision every JSON output records)
-// and .ci/bench-compare, the gate that compares two sets of microbenchmark runs.
+// hisparse-microbench's provenance (the device, versions and revision every JSON output records),
+// .ci/bench-compare, the gate that compares two sets of microbenchmark runs, and
+// reports/grid_tables.py, which pivots a sweep into a table.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -115,6 +116,64 @@ TEST(CliMicrobench, BenchCompareGatesOneDeviceAndRefusesTwo) {
   EXPECT_EQ(r.exit_code, 1) << r.output;  // compared: 101 -> 120 us is slower
   EXPECT_NE(r.output.find("| +18.8% | 0.0% | slower |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(device not recorded, git unknown)"), std::string::npos) << r.output;
+}
+
+TEST(CliMicrobench, GridTablesPivotsASweepAndNamesBadInput) {
+  if (run_command("python3 --version").exit_code != 0)
+    GTEST_SKIP() << "SKIPPED: python3 is not installed, so reports/grid_tables.py cannot run";
+  TempDir dir;
+  fs::create_directories(dir.path);
+  // Four cases of one family (rows out of order, batch 10 after batch 2 numerically), one of
+  // another family that must be left out, and one that failed.
+  auto run = [](const std::string& name, double us, double gbps) {
+    return nlohmann::json{
+        {"name", name + "/iterations:10/manual_time"}, {"us_per_call", us}, {"missed_GBps", gbps}};
+  };
+  nlohmann::json failed = run("swap_in/pool_gb:16/batch:10/miss:1", 0, 0);
+  failed["error_occurred"] = true;
+  failed["error_message"] = "pool too small";
+  const nlohmann::json j = {{"context",
+                             {{"hisparse_device", "NVIDIA H200"},
+                              {"hisparse_git_revision", "abc"},
+                              {"date", "2026-12-03"},
+                              {"hisparse_backend", "cuda"}}},
+                            {"benchmarks",
+                             {run("swap_in/pool_gb:16/batch:10/miss:0.2", 40.25, 3.5),
+                              run("swap_in/pool_gb:16/batch:2/miss:1", 20, 7.25), failed,
+                              run("swap_in/pool_gb:16/batch:2/miss:0.2", 10.04, 1),
+                              run("swap_in/pool_gb:1/batch:2/miss:0.2", 99, 9)}}};
+  const fs::path file = dir.path / "sweep.json";
+  std::ofstream(file) << j.dump();
+  const std::string tool = "python3 " + std::string(HISPARSE_SOURCE_DIR) +
+                           "/reports/grid_tables.py " + file.string() +
+                           " --family swap_in/pool_gb:16 ";
+
+  auto r =
+      run_command(tool + "--rows batch --cols miss --cell '{us_per_call:.1f} ({missed_GBps:.1f})'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "NVIDIA H200, git abc, 2026-12-03, backend cuda\n\n"
+            "| batch | miss 0.2 | miss 1 |\n"
+            "| --- | ---: | ---: |\n"
+            "| 2 | 10.0 (1.0) | 20.0 (7.2) |\n"
+            "| 10 | 40.2 (3.5) | error: pool too small |\n");
+
+  r = run_command(tool + "--rows batch,hot --cols miss");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("error: " + file.string() +
+                          ": case swap_in/pool_gb:16/batch:10/miss:0.2/iterations:10/manual_time "
+                          "has no key hot; keys are pool_gb, batch, miss"),
+            std::string::npos)
+      << r.output;
+  r = run_command(tool + "--rows batch --cols miss --cell '{GBps:.1f}'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("has no counter 'GBps'; it has missed_GBps, us_per_call"),
+            std::string::npos)
+      << r.output;
+  r = run_command("python3 " + std::string(HISPARSE_SOURCE_DIR) + "/reports/grid_tables.py " +
+                  file.string() + " --family fathom_scan/hbm --rows batch --cols miss");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: " + file.string() + ": no case starts with 'fathom_scan/hbm/'\n");
 }
 
 }  // namespace

@@ -693,6 +693,24 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(shared.staging.parts, 2);
   EXPECT_EQ(shared.staging.rounds_per_copy, 4);
   EXPECT_EQ(ws.staging.rounds_per_copy, kf::kStageRoundsPerCopy);
+  // 256 streams (batch 32): 2 chunks x 16-block tiles make 256-byte runs, and 256 x 48 runs per
+  // round exceed kStageManyRuns, so a copy step moves 8 KB of each run: 32 rounds. 64 streams
+  // (3,072 runs per round) and 8 streams keep one round per step.
+  a.streams = 256;
+  const auto many = kf::plan_scan_workspace(a, 48, 132, 0, {true});
+  EXPECT_EQ(many.chunks, 2);
+  EXPECT_EQ(many.staging.copy_blocks, 64);
+  EXPECT_EQ(many.staging.rounds, 512);
+  EXPECT_EQ(many.staging.rounds_per_copy, 32);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true, 0, 2}).staging.rounds_per_copy, 2);
+  a.streams = 64;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.rounds_per_copy, 1);
+  a.streams = 8;
+  // The rule itself: at most the rounds there are; runs of 8 KB or more need one round per step.
+  EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 32, 512), 32);
+  EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 32, 20), 20);
+  EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 1024, 512), 1);
+  EXPECT_EQ(kf::stage_rounds_per_copy(256, 32, 32, 512), kf::kStageRoundsPerCopy);
   EXPECT_EQ(test::error_message([&] {
               (void)kf::plan_scan_workspace(a, 48, 132, 0, {true, -1, 0});
             }),

@@ -443,17 +443,25 @@ bool register_fathom() {
                       c);
       }
   // Tuning of the staging copy (plane_scan_config.hpp kStage*): copy blocks x rounds per copy.
+  auto stage_tune = [&](int budget, std::int64_t context, int batch, int blocks, int rounds) {
+    ScanCase c{kf::PlaneLayoutKind::host, budget, context, batch};
+    c.copy_blocks = blocks;
+    c.rounds_per_copy = rounds;
+    register_scan(fmt::format("fathom_scan_stage_tune/copy_blocks:{}/rounds_per_copy:{}/host/"
+                              "budget:{}/context:{}/batch:{}",
+                              blocks, rounds, budget, context, batch),
+                  c);
+  };
   for (auto [context, batch] : {std::pair<std::int64_t, int>{1048576, 1}, {131072, 8}})
     for (int blocks : {8, 16, 32, 64, 128})
-      for (int rounds : {1, 4}) {
-        ScanCase c{kf::PlaneLayoutKind::host, 48, context, batch};
-        c.copy_blocks = blocks;
-        c.rounds_per_copy = rounds;
-        register_scan(fmt::format("fathom_scan_stage_tune/copy_blocks:{}/rounds_per_copy:{}/host/"
-                                  "budget:48/context:{}/batch:{}",
-                                  blocks, rounds, context, batch),
-                      c);
-      }
+      for (int rounds : {1, 4, 16}) stage_tune(48, context, batch, blocks, rounds);
+  // Batch 32 (256 streams): rounds of 2 tiles per stream make 256-byte runs per (channel,
+  // plane), many more than the host-page translations kept from round to round
+  // (stage_rounds_per_copy).
+  for (int budget : {48, 128})
+    for (std::int64_t context : {std::int64_t{131072}, std::int64_t{1048576}})
+      for (int blocks : {8, 64})
+        for (int rounds : {1, 4, 16, 32}) stage_tune(budget, context, 32, blocks, rounds);
   for (int blocks : {8, 16, 32}) {
     ScanCase c{kf::PlaneLayoutKind::host, 48, 1048576, 1};
     c.copy_blocks = blocks;
