@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+from targets import short_revision  # reports/targets.py, beside this script
+
 
 def fail(message):
     """Bad input: one line on stderr, exit 2 (the project's convention)."""
@@ -22,12 +24,10 @@ def fail(message):
     sys.exit(2)
 
 
-def parse_name(name):
-    """family, {key: value} of a case name (the /iterations:... suffix dropped)."""
+def name_keys(name):
+    """{key: value} of a case name's key:value parts (the /iterations:... suffix dropped)."""
     parts = name.split("/iterations:")[0].split("/")
-    family = [p for p in parts if ":" not in p]
-    keys = dict(p.split(":", 1) for p in parts if ":" in p)
-    return "/".join(family), keys
+    return dict(p.split(":", 1) for p in parts if ":" in p)
 
 
 def sort_key(value):
@@ -47,18 +47,21 @@ def main():
     ap.add_argument("--cell", default="{us_per_call:.1f} us",
                     help="format string over the case's counters")
     args = ap.parse_args()
-    data = json.load(open(args.json))
+    try:
+        with open(args.json) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{args.json}: {e}; pass a hisparse-microbench --benchmark_out file")
     rows_keys = args.rows.split(",")
     cells, col_values, row_values = {}, set(), set()
     for case in data.get("benchmarks", []):
         name = case["name"]
         if not name.startswith(args.family + "/"):
             continue
-        _, keys = parse_name(name)
+        keys = name_keys(name)
         missing = [k for k in rows_keys + [args.cols] if k not in keys]
         if missing:
-            fail(f"{args.json}: case {name} has no key {missing[0]}; "
-                     f"keys are {', '.join(keys)}")
+            fail(f"{args.json}: case {name} has no key {missing[0]}; keys are {', '.join(keys)}")
         row = tuple(keys[k] for k in rows_keys)
         col = keys[args.cols]
         if case.get("error_occurred"):
@@ -77,7 +80,7 @@ def main():
         fail(f"{args.json}: no case starts with '{args.family}/'")
     ctx = data.get("context", {})
     print(f"{ctx.get('hisparse_device', 'unknown device')}, "
-          f"git {ctx.get('hisparse_git_revision', '?')}, {ctx.get('date', '?')}, "
+          f"git {short_revision(ctx.get('hisparse_git_revision', 'unknown'))}, {ctx.get('date', '?')}, "
           f"backend {ctx.get('hisparse_backend', '?')}\n")
     cols = sorted(col_values, key=sort_key)
     print("| " + " | ".join(rows_keys) + " | " + " | ".join(f"{args.cols} {c}" for c in cols) + " |")

@@ -174,6 +174,13 @@ TEST(CliMicrobench, GridTablesPivotsASweepAndNamesBadInput) {
                   file.string() + " --family fathom_scan/hbm --rows batch --cols miss");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output, "error: " + file.string() + ": no case starts with 'fathom_scan/hbm/'\n");
+  const fs::path absent = dir.path / "absent.json";
+  r = run_command("python3 " + std::string(HISPARSE_SOURCE_DIR) + "/reports/grid_tables.py " +
+                  absent.string() + " --family swap_in --rows batch --cols miss");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(
+      r.output.rfind("error: " + absent.string() + ": [Errno 2] No such file or directory", 0), 0u)
+      << r.output;
 }
 
 }  // namespace
