@@ -6,8 +6,9 @@
 //           block scan per tile numbers the misses (selection order) and the evictable slots
 //           (LRU order); the new LRU order is built in shared memory. Writes a miss plan, grouped
 //           by host address (512 buckets of the sequence) at large batch. Rows of the common
-//           shape (one tile each, the direct table, no fetch by the resolve) take a lean path
-//           with the same results and fewer instructions (resolve_tile_row).
+//           shapes (a one-tile selection, a hot buffer of one or two tiles, the direct table, no
+//           fetch by the resolve) take a lean path with the same results and fewer instructions
+//           (resolve_tile_row).
 //  copy:    a fixed grid (sized to the GPU, not to the misses, so the launch is graph-replayable)
 //           cuts every request's plan into chunks of R rows and copies each chunk with several
 //           vector loads in flight per thread straight from mapped pinned memory. A chunk never
@@ -320,9 +321,33 @@ __device__ __forceinline__ void commit_lru(std::int32_t* lru, const std::uint16_
   }
 }
 
-// The long-sequence path of a row whose selection and hot buffer are one tile each and whose
-// sequence fits the direct table (the common shape: top_k <= 4096, hot <= 4096, <= 32K tokens),
-// when the resolve does not fetch the row's misses itself: 32-bit positions, no tile loops, no
+// Entries first..first+kN-1 of src (-1 past n), kN a multiple of kItems: load_items per group.
+template <int kN>
+__device__ __forceinline__ void load_run(const std::int32_t* src, int first, int n,
+                                         std::int32_t (&v)[kN]) {
+  static_assert(kN % kItems == 0);
+#pragma unroll
+  for (int g = 0; g < kN / kItems; ++g)
+    load_items(src, first + g * kItems, n,
+               reinterpret_cast<std::int32_t(&)[kItems]>(v[g * kItems]));
+}
+
+// The store twin of load_run.
+template <int kN>
+__device__ __forceinline__ void store_run(std::int32_t* dst, int first, int n,
+                                          const std::int32_t (&v)[kN]) {
+  static_assert(kN % kItems == 0);
+#pragma unroll
+  for (int g = 0; g < kN / kItems; ++g)
+    store_items(dst, first + g * kItems, n,
+                reinterpret_cast<const std::int32_t(&)[kItems]>(v[g * kItems]));
+}
+
+// The long-sequence path of a row whose selection is one tile and whose sequence fits the direct
+// table (the common shape: top_k <= 4096, hot <= 4096 or 8192, <= 32K tokens), when the resolve
+// does not fetch the row's misses itself. Each thread holds kItems selection entries and kSlots
+// consecutive hot slots / LRU positions (4: hot <= 4096; 8: hot <= 8192, SGLang's 6144 default
+// among them), so one block scan still numbers the evictable slots in LRU order: 32-bit positions, no tile loops, no
 // hash, hand-over or fetch branches, one-barrier block scans. It computes exactly what the
 // general path computes (the GPU tests run both against the twin; ResolvePath::direct_general
 // keeps the general path for every row). Why: the general path executes about 1,250 warp
@@ -332,17 +357,19 @@ __device__ __forceinline__ void commit_lru(std::int32_t* lru, const std::uint16_
 // table pointers and loads. H200: resolve at batch 64 / 0.1% 11.7 -> 9.7 us, whole call at
 // batch 1 / 0.1% 13.3 -> 12.0 us (reports/hotcache_tuning.md). Storing the new order straight to
 // device memory instead of staging it in shared memory was slower (12.7 against 12.2 us).
-template <bool kTimed, bool kSpec>
+template <bool kTimed, bool kSpec, int kSlots>
 __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const ResolveShape& shape,
                                                  unsigned char* smem, int b, int r, int seq_len,
                                                  std::int32_t base,
                                                  const std::int32_t (&sel)[kItems]) {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
-  const int mine = tid * kItems;
+  const int mine = tid * kItems;     // first selection entry of this thread
+  const int slot_at = tid * kSlots;  // first hot slot / LRU position of this thread
   const int top_k = a.top_k;
   const int hot = a.hot;
   const int newest = seq_len - 1;
+  static_assert(kSlots == 4 || kSlots == 8, "a hit word's 32 slots span 8 or 4 lanes");
   const auto in_seq = [seq_len](std::int32_t pos) {
     return static_cast<unsigned>(pos) < static_cast<unsigned>(seq_len);
   };
@@ -363,9 +390,9 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   // The request's tables (the loads are in flight during the clear), the residency bitmap's
   // lines into L2 for the commit's atomics, and (kSpec) the residency bit of each entry, which
   // the copy kernel's guesses read too: no selected token's bit changes before the LRU walk.
-  std::int32_t slot0[kItems], lru0[kItems];  // -1 past hot
-  load_items(slot_token, mine, hot, slot0);
-  load_items(lru, mine, hot, lru0);
+  std::int32_t slot0[kSlots], lru0[kSlots];  // -1 past hot
+  load_run(slot_token, slot_at, hot, slot0);
+  load_run(lru, slot_at, hot, lru0);
   std::uint32_t bits = 0;  // kSpec: bit j set when entry j's token is resident or past the bitmap
   if (resident) {
     const int words = (seq_len + 31) / 32;
@@ -419,26 +446,29 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   // 2. Hits: a slot whose token is selected writes its number into the word's low half.
   std::uint32_t nibble = 0;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
+  for (int j = 0; j < kSlots; ++j) {
     const std::int32_t t = slot0[j];  // -1 past hot
     if (in_seq(t) && vals[t] != 0xffffffffu) {
-      reinterpret_cast<std::uint16_t*>(vals + t)[0] = static_cast<std::uint16_t>(mine + j);
+      reinterpret_cast<std::uint16_t*>(vals + t)[0] = static_cast<std::uint16_t>(slot_at + j);
       nibble |= 1u << j;
     }
   }
   {
-    std::uint32_t word = nibble << (kItems * (lane & 7));
+    // The 32 / kSlots lanes of an aligned group own the 32 slots of one hit word.
+    constexpr int kLanesPerWord = 32 / kSlots;
+    std::uint32_t word = nibble << (kSlots * (lane & (kLanesPerWord - 1)));
 #pragma unroll
-    for (int o = 1; o < 8; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
-    if ((lane & 7) == 0 && (mine >> 5) < (hot + 31) / 32) hit_bits[mine >> 5] = word;
+    for (int o = 1; o < kLanesPerWord; o <<= 1) word |= __shfl_xor_sync(0xffffffffu, word, o);
+    if ((lane & (kLanesPerWord - 1)) == 0 && (slot_at >> 5) < (hot + 31) / 32)
+      hit_bits[slot_at >> 5] = word;
   }
-  if (old_token && mine < hot) store_items(old_token, mine, hot, slot0);
+  if (old_token && slot_at < hot) store_run(old_token, slot_at, hot, slot0);
   __syncthreads();
   phase_stamp<kTimed>(a, 4);
 
   // 3. Misses (first occurrences without a slot) and evictable slots (LRU entries not hit),
   //    numbered together by one scan of packed counts (both below 2^16).
-  bool miss[kItems], evictable[kItems];
+  bool miss[kItems], evictable[kSlots];
   int misses = 0, evictables = 0;
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
@@ -449,6 +479,9 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
       miss[j] = w == ((static_cast<std::uint32_t>(mine + j) << 16) | kNoSlot);
     }
     misses += miss[j] ? 1 : 0;
+  }
+#pragma unroll
+  for (int j = 0; j < kSlots; ++j) {
     const std::int32_t s = lru0[j];  // -1 past hot
     evictable[j] = s >= 0 && ((hit_bits[s >> 5] >> (s & 31)) & 1u) == 0;
     evictables += evictable[j] ? 1 : 0;
@@ -485,8 +518,8 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   {
     int e = before & 0xffff;
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int p = mine + j;
+    for (int j = 0; j < kSlots; ++j) {
+      const int p = slot_at + j;
       const std::int32_t s = lru0[j];
       if (s < 0) continue;
       int at;
@@ -692,9 +725,17 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
     return;
   }
 
-  // The common shape takes the lean path (results identical; shape.lean implies the direct table).
-  if (shape.lean && seq_len <= direct_tokens && top_k <= tile && hot <= tile && fetch_rows == 0) {
-    resolve_tile_row<kTimed, kSpec>(a, shape, smem, b, r, static_cast<int>(seq_len), base, sel0);
+  // The common shapes take the lean path (results identical; shape.lean implies the direct
+  // table).
+  if (shape.lean && seq_len <= direct_tokens && top_k <= tile && hot <= 2 * tile &&
+      fetch_rows == 0) {
+    if (hot <= tile) {
+      resolve_tile_row<kTimed, kSpec, kItems>(a, shape, smem, b, r, static_cast<int>(seq_len), base,
+                                              sel0);
+    } else {
+      resolve_tile_row<kTimed, kSpec, 2 * kItems>(a, shape, smem, b, r, static_cast<int>(seq_len),
+                                                  base, sel0);
+    }
     return;
   }
   const auto [slot_token, lru, resident, resident_tokens] = request_tables(a, r);

@@ -86,9 +86,9 @@ struct MissPlan {
 enum class ResolvePath : std::uint8_t {
   /// Rows with seq_len <= kResolveDirectTokens look tokens up in a direct token-indexed table in
   /// shared memory (no hashing, no probe loops) and build the hit bits without atomics; longer
-  /// rows use the hash. Rows whose selection and hot buffer are one tile each (top_k and hot at
-  /// most 4096) and that the resolve does not fetch itself take a lean path written for that
-  /// shape (resolve_tile_row). The default.
+  /// rows use the hash. Rows whose selection is one tile (top_k at most 4096), whose hot buffer
+  /// is one or two tiles (hot at most 8192) and that the resolve does not fetch itself take a
+  /// lean path written for that shape (resolve_tile_row). The default.
   direct,
   /// `direct` without the lean path: every row runs the general resolve code (the kernel before
   /// the lean path; to compare, and so that the GPU tests keep that code covered).

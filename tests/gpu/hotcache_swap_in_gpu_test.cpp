@@ -568,6 +568,35 @@ TEST(HotcacheSwapInGpu, LargeSelectionNeedsTheSharedMemoryOptIn) {
 #endif
 }
 
+TEST(HotcacheSwapInGpu, TwoTileHotBuffersOnTheLeanPathMatchTheTwin) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // Hot buffers of 4097-8192 slots (SGLang's 6144 default among them) with a one-tile selection
+  // take the lean resolve with 8 slots per thread: random shapes around the tile edges, with and
+  // without the early hand-off, the speculative gather and the resolve's own fetch (which sends a
+  // row back to the general path), against the twin over several steps.
+  Rng rng(8192);
+  static const int kHot[] = {4097, 4127, 4135, 6144, 8191, 8192};
+  static const int kTopK[] = {1, 33, 2048, 4096};
+  static const std::size_t kRows[] = {7, 584, 656, 1152};
+  for (int config = 0; config < 16; ++config) {
+    Shape s;
+    s.requests = 1 + static_cast<int>(rng.below(5));
+    s.batch = 1 + static_cast<int>(rng.below(static_cast<std::uint64_t>(s.requests)));
+    s.hot = kHot[rng.below(6)];
+    s.top_k = kTopK[rng.below(4)];
+    s.row_bytes = s.row_stride = kRows[rng.below(4)];
+    s.capacity = s.hot + 3 * s.top_k + 64;
+    s.fetch_in_resolve = rng.below(4) == 0;
+    s.early_handoff = rng.below(2) == 0;
+    s.speculate = rng.below(2) == 0;
+    Harness h(s, 300 + static_cast<std::uint64_t>(config));
+    run_steps(h, 6, "two tiles, config " + std::to_string(config));
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
 TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA

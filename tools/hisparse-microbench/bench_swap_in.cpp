@@ -58,8 +58,10 @@ struct SwapInCase {
   double miss_rate;
   Part part = Part::full;
   /// Bytes between rows of the host pool and the hot buffer; 0: packed (row_bytes). Rows are
-  /// copied row_bytes at a time either way.
+  /// copied row_bytes at a time, or the whole stride with copy_stride (the padding travels with
+  /// the row, as with HostKvPool's RowPadding::align16 / align64).
   std::size_t stride = 0;
+  bool copy_stride = false;
   int sort_misses_from = -1;     ///< SwapInArgs tuning; -1: the library default
   int copy_blocks_per_sm = 0;    ///< 0: the library default
   int copy_rows_per_chunk = -1;  ///< -1: the library default
@@ -162,7 +164,7 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   a.num_real = d_real.device_data();
   a.hot_buffer = {d_slot.device_data(), d_lru.device_data(), d_rows.device_data(), stride};
   a.host_pool = {static_cast<const std::uint8_t*>(pool.device_data()), request_stride, stride};
-  a.copy_bytes = c.row_bytes;
+  a.copy_bytes = c.copy_stride && c.stride > 0 ? c.stride : c.row_bytes;
   a.physical_rows = d_out.device_data();
   a.stats = d_stats.device_data();
   auto d_fetched =
@@ -377,14 +379,15 @@ bool register_swap_in() {
   // phase; the counters ph<k>_<phase>_us / _kcyc are means over the calls).
   for (int batch : {1, 64})
     for (double miss : {0.001, 0.2})
-      for (ResolvePath resolve : kPaths) {
-        SwapInCase c{16, batch, 4096, 656, miss};
-        c.part = Part::resolve;
-        c.resolve = resolve;
-        c.phases = true;
-        register_case(case_name("swap_in_phases", c) + fmt::format("/path:{}", path_name(resolve)),
-                      c);
-      }
+      for (ResolvePath resolve : kPaths)
+        for (int hot : {4096, 8192}) {
+          SwapInCase c{16, batch, hot, 656, miss};
+          c.part = Part::resolve;
+          c.resolve = resolve;
+          c.phases = true;
+          register_case(
+              case_name("swap_in_phases", c) + fmt::format("/path:{}", path_name(resolve)), c);
+        }
   // Few misses fetched by the resolve block itself (MissPlan::fetched) or all by the copy kernel.
   for (int batch : {1, 64})
     for (double miss : {0.001, 0.01, 0.2, 1.0})
@@ -402,6 +405,18 @@ bool register_swap_in() {
         SwapInCase c{16, batch, 4096, 656, miss};
         c.stride = stride;
         register_case(case_name("swap_in_stride", c) + fmt::format("/stride:{}", stride), c);
+      }
+  // 584-B rows (not a multiple of 16 B, so copied with 8-B loads) against the same rows padded to
+  // 592 B and copied whole with 16-B loads (RowPadding::align16).
+  for (int batch : {1, 64, 100})
+    for (double miss : {0.001, 0.2, 1.0})
+      for (bool padded : {false, true}) {
+        SwapInCase c{16, batch, 4096, 584, miss};
+        c.stride = padded ? 592 : 584;
+        c.copy_stride = padded;
+        register_case(case_name("swap_in_stride", c) +
+                          fmt::format("/stride:{}/copy:{}", c.stride, padded ? 592 : 584),
+                      c);
       }
   // The copy kernel started with the resolve, gathering each row once its misses are numbered
   // (MissPlan::ready), or waiting for the whole resolve grid.
