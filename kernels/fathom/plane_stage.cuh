@@ -4,8 +4,8 @@
 // copy-only kernel of plane_stage.cu. Every copy block serves a few streams (or, with more
 // blocks than streams, one share of one stream): one warp per stream plans or loads its depths
 // and orders its plane units with mma::order_slots_warp, the scan's own function, so that unit
-// ordinal u means the same (channel, plane) on both sides. Then, rounds_per_copy rounds at a
-// time and stream by stream, the block copies its share of every active unit's run and every
+// ordinal u means the same (channel, plane) on both sides. Then, stream by stream and
+// rounds_per_copy rounds at a time, the block copies its share of every active unit's run and every
 // active channel's scales, 16 bytes per load with kStageUnroll loads in flight per thread, and
 // adds 1 to each of those rounds' flags with release semantics.
 #pragma once
@@ -100,13 +100,17 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
   }
   __syncthreads();
 
+  // Stream by stream, each one's rounds in order: the scan blocks start in stream order (their
+  // tickets), so with more streams than fit one wave of scan blocks the first wave's streams
+  // land first and the later waves' scan runs beside the copy instead of after it. (With one
+  // stream per copy block the order is the same either way.)
   const std::int64_t round_blocks = static_cast<std::int64_t>(chunks) * tile_blocks;
-  for (int r = 0; r < st.rounds; r += st.rounds_per_copy) {
-    for (int i = 0; i < local; ++i) {
-      const int s = first + i * lanes;
-      const std::int64_t nb = (a.lengths[s] + kBlockTokens - 1) / kBlockTokens;
+  for (int i = 0; i < local; ++i) {
+    const int s = first + i * lanes;
+    const std::int64_t nb = (a.lengths[s] + kBlockTokens - 1) / kBlockTokens;
+    for (int r = 0; r < st.rounds; r += st.rounds_per_copy) {
       const std::int64_t b0 = r * round_blocks;
-      if (b0 >= nb) continue;  // no scan block of this stream waits for these rounds
+      if (b0 >= nb) break;  // no scan block of this stream waits for these rounds
       const std::int64_t b1 = min(b0 + st.rounds_per_copy * round_blocks, nb);
       // Whole 16-byte pieces, as the scan stages them: 2 blocks of words, 8 blocks of scales.
       const int word_pieces = static_cast<int>((b1 - b0 + 1) / 2);
