@@ -15,13 +15,7 @@ import argparse
 import json
 import sys
 
-from targets import short_revision  # reports/targets.py, beside this script
-
-
-def fail(message):
-    """Bad input: one line on stderr, exit 2 (the project's convention)."""
-    print("error: " + message, file=sys.stderr)
-    sys.exit(2)
+from targets import fail, short_revision  # reports/targets.py, beside this script
 
 
 def name_keys(name):

@@ -3,8 +3,9 @@
 
 Usage: reports/targets.py microbench.json [more.json ...]
 Prints one Markdown row per target: the benchmark, the figure, the target and whether it is met;
-a target whose benchmark is missing from the files is listed as "not run". Exit status 0 always:
-this is a report, not a gate (ctest and CI gate correctness; speed is read by people).
+a target whose benchmark is missing from the files is listed as "not run". Exit status 0 whatever
+the figures: this is a report, not a gate (ctest and CI gate correctness; speed is read by people).
+A file that cannot be read as JSON exits 2 with one line on stderr.
 """
 import json
 import sys
@@ -50,6 +51,12 @@ FUSED = ("#4 planner fused into the scan (fused - given, 128K batch 8)",
 
 
 
+def fail(message):
+    """Bad input: one line on stderr, exit 2 (the project's convention)."""
+    print("error: " + message, file=sys.stderr)
+    sys.exit(2)
+
+
 def short_revision(rev):
     """The first 12 hex digits, keeping the "-dirty" mark of a tree that differs from its HEAD."""
     return rev[:12] + ("-dirty" if rev.endswith("-dirty") else "")
@@ -58,8 +65,11 @@ def load(paths, sources):
     """Every case that ran, by name; `sources` gets one provenance line per file."""
     runs = {}
     for path in paths:
-        with open(path) as f:
-            data = json.load(f)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            fail(f"{path}: {e}; pass a hisparse-microbench --benchmark_out file")
         c = data.get("context", {})
         sources.append(f"{path}: {c.get('hisparse_device', 'device not recorded')}, "
                        f"git {short_revision(c.get('hisparse_git_revision', 'unknown'))}, {c.get('date', '')}")
