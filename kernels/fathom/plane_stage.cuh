@@ -5,9 +5,9 @@
 // blocks than streams, one share of one stream): one warp per stream plans or loads its depths
 // and orders its plane units with mma::order_slots_warp, the scan's own function, so that unit
 // ordinal u means the same (channel, plane) on both sides. Then, stream by stream and
-// rounds_per_copy rounds at a time, the block copies its share of every active unit's run and every
-// active channel's scales, 16 bytes per load with kStageUnroll loads in flight per thread, and
-// adds 1 to each of those rounds' flags with release semantics.
+// rounds_per_copy rounds at a time, the block copies its share of every active unit's run and
+// every active channel's scales, 16 bytes per load with kStageUnroll loads in flight per thread,
+// and adds 1 to each of those rounds' flags with release semantics.
 #pragma once
 
 #include <cstdint>

@@ -137,32 +137,44 @@ __device__ __forceinline__ void block_add(int* counter, int value) {
   if ((threadIdx.x & 31) == 0 && value != 0) atomicAdd(counter, value);
 }
 
-// Entries first..first+kItems-1 of src (-1 past n): one thread's part of a tile, all loads issued
-// before any is used.
+// Entries first..first+kN-1 of src (-1 past n): one thread's part of a tile, all loads issued
+// before any is used; 16-B loads for each aligned group of 4 that is whole.
+template <int kN>
 __device__ __forceinline__ void load_items(const std::int32_t* src, int first, int n,
-                                           std::int32_t (&v)[kItems]) {
-  if (first + kItems <= n && (reinterpret_cast<std::uintptr_t>(src + first) & 15u) == 0) {
-    const int4 q = *reinterpret_cast<const int4*>(src + first);  // one 16-B load, not four
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
-    return;
-  }
+                                           std::int32_t (&v)[kN]) {
+  static_assert(kN % 4 == 0);
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) v[j] = first + j < n ? src[first + j] : -1;
+  for (int g = 0; g < kN; g += 4) {
+    const int at = first + g;
+    if (at + 4 <= n && (reinterpret_cast<std::uintptr_t>(src + at) & 15u) == 0) {
+      const int4 q = *reinterpret_cast<const int4*>(src + at);  // one 16-B load, not four
+      v[g] = q.x;
+      v[g + 1] = q.y;
+      v[g + 2] = q.z;
+      v[g + 3] = q.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[g + j] = at + j < n ? src[at + j] : -1;
+    }
+  }
 }
 
-// Entries first..first+kItems-1 of dst (those below n) = v: the store twin of load_items.
+// Entries first..first+kN-1 of dst (those below n) = v: the store twin of load_items.
+template <int kN>
 __device__ __forceinline__ void store_items(std::int32_t* dst, int first, int n,
-                                            const std::int32_t (&v)[kItems]) {
-  if (first + kItems <= n && (reinterpret_cast<std::uintptr_t>(dst + first) & 15u) == 0) {
-    *reinterpret_cast<int4*>(dst + first) = make_int4(v[0], v[1], v[2], v[3]);
-    return;
-  }
+                                            const std::int32_t (&v)[kN]) {
+  static_assert(kN % 4 == 0);
 #pragma unroll
-  for (int j = 0; j < kItems; ++j)
-    if (first + j < n) dst[first + j] = v[j];
+  for (int g = 0; g < kN; g += 4) {
+    const int at = first + g;
+    if (at + 4 <= n && (reinterpret_cast<std::uintptr_t>(dst + at) & 15u) == 0) {
+      *reinterpret_cast<int4*>(dst + at) = make_int4(v[g], v[g + 1], v[g + 2], v[g + 3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (at + j < n) dst[at + j] = v[g + j];
+    }
+  }
 }
 
 static_assert(kItems == 4, "the hit-word shuffle and the 16-B loads assume 4 entries per thread");
@@ -321,40 +333,18 @@ __device__ __forceinline__ void commit_lru(std::int32_t* lru, const std::uint16_
   }
 }
 
-// Entries first..first+kN-1 of src (-1 past n), kN a multiple of kItems: load_items per group.
-template <int kN>
-__device__ __forceinline__ void load_run(const std::int32_t* src, int first, int n,
-                                         std::int32_t (&v)[kN]) {
-  static_assert(kN % kItems == 0);
-#pragma unroll
-  for (int g = 0; g < kN / kItems; ++g)
-    load_items(src, first + g * kItems, n,
-               reinterpret_cast<std::int32_t(&)[kItems]>(v[g * kItems]));
-}
-
-// The store twin of load_run.
-template <int kN>
-__device__ __forceinline__ void store_run(std::int32_t* dst, int first, int n,
-                                          const std::int32_t (&v)[kN]) {
-  static_assert(kN % kItems == 0);
-#pragma unroll
-  for (int g = 0; g < kN / kItems; ++g)
-    store_items(dst, first + g * kItems, n,
-                reinterpret_cast<const std::int32_t(&)[kItems]>(v[g * kItems]));
-}
-
 // The long-sequence path of a row whose selection is one tile and whose sequence fits the direct
 // table (the common shape: top_k <= 4096, hot <= 4096 or 8192, <= 32K tokens), when the resolve
 // does not fetch the row's misses itself. Each thread holds kItems selection entries and kSlots
 // consecutive hot slots / LRU positions (4: hot <= 4096; 8: hot <= 8192, SGLang's 6144 default
-// among them), so one block scan still numbers the evictable slots in LRU order: 32-bit positions, no tile loops, no
-// hash, hand-over or fetch branches, one-barrier block scans. It computes exactly what the
-// general path computes (the GPU tests run both against the twin; ResolvePath::direct_general
-// keeps the general path for every row). Why: the general path executes about 1,250 warp
-// instructions per warp on this shape, mostly branches and 64-bit compares, and the one-block
-// resolve is about half issue-bound (ncu, H200). The first form of this path (taken after the
-// general set-up) executed 20% fewer in all; the row now leaves the general code before the
-// table pointers and loads. H200: resolve at batch 64 / 0.1% 11.7 -> 9.7 us, whole call at
+// among them), so one block scan still numbers the evictable slots in LRU order. 32-bit positions,
+// no tile loops, no hash, hand-over or fetch branches, one-barrier block scans. It computes exactly
+// what the general path computes (the GPU tests run both against the twin;
+// ResolvePath::direct_general keeps the general path for every row). Why: the general path executes
+// about 1,250 warp instructions per warp on this shape, mostly branches and 64-bit compares, and
+// the one-block resolve is about half issue-bound (ncu, H200). The first form of this path (taken
+// after the general set-up) executed 20% fewer in all; the row now leaves the general code before
+// the table pointers and loads. H200: resolve at batch 64 / 0.1% 11.7 -> 9.7 us, whole call at
 // batch 1 / 0.1% 13.3 -> 12.0 us (reports/hotcache_tuning.md). Storing the new order straight to
 // device memory instead of staging it in shared memory was slower (12.7 against 12.2 us).
 template <bool kTimed, bool kSpec, int kSlots>
@@ -391,8 +381,8 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
   // lines into L2 for the commit's atomics, and (kSpec) the residency bit of each entry, which
   // the copy kernel's guesses read too: no selected token's bit changes before the LRU walk.
   std::int32_t slot0[kSlots], lru0[kSlots];  // -1 past hot
-  load_run(slot_token, slot_at, hot, slot0);
-  load_run(lru, slot_at, hot, lru0);
+  load_items(slot_token, slot_at, hot, slot0);
+  load_items(lru, slot_at, hot, lru0);
   std::uint32_t bits = 0;  // kSpec: bit j set when entry j's token is resident or past the bitmap
   if (resident) {
     const int words = (seq_len + 31) / 32;
@@ -462,7 +452,7 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
     if ((lane & (kLanesPerWord - 1)) == 0 && (slot_at >> 5) < (hot + 31) / 32)
       hit_bits[slot_at >> 5] = word;
   }
-  if (old_token && slot_at < hot) store_run(old_token, slot_at, hot, slot0);
+  if (old_token && slot_at < hot) store_items(old_token, slot_at, hot, slot0);
   __syncthreads();
   phase_stamp<kTimed>(a, 4);
 
