@@ -213,7 +213,7 @@ TEST(CliMicrobench, TargetsTableSaysWhichBoundsAreMet) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (
       const char* row :
-      {"- " /* provenance */, "NVIDIA H200, git 0123456789ab-dirty",
+      {"NVIDIA H200, git 0123456789ab-dirty",
        "| #4 host scan B48 1M batch 32 (fraction of PCIe) | 0.9136 ceiling_fraction | >= 0.9 | yes "
        "|",
        "| #4 host scan B48 1M batch 1 (fraction of PCIe) | 0.8393 ceiling_fraction | >= 0.9 | no |",
