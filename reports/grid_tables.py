@@ -12,10 +12,9 @@ Cases that report an error show it in their cell. Bad input (no matching case, a
 counter) exits 2 with one line on stderr.
 """
 import argparse
-import json
 import sys
 
-from targets import fail, short_revision  # reports/targets.py, beside this script
+from targets import fail, read_json, short_revision  # reports/targets.py, beside this script
 
 
 def name_keys(name):
@@ -41,11 +40,7 @@ def main():
     ap.add_argument("--cell", default="{us_per_call:.1f} us",
                     help="format string over the case's counters")
     args = ap.parse_args()
-    try:
-        with open(args.json) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        fail(f"{args.json}: {e}; pass a hisparse-microbench --benchmark_out file")
+    data = read_json(args.json)
     rows_keys = args.rows.split(",")
     cells, col_values, row_values = {}, set(), set()
     for case in data.get("benchmarks", []):

@@ -57,6 +57,15 @@ def fail(message):
     sys.exit(2)
 
 
+def read_json(path):
+    """A --benchmark_out file as a dict, or fail() naming the file and what to pass instead."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{path}: {e}; pass a hisparse-microbench --benchmark_out file")
+
+
 def short_revision(rev):
     """The first 12 hex digits, keeping the "-dirty" mark of a tree that differs from its HEAD."""
     return rev[:12] + ("-dirty" if rev.endswith("-dirty") else "")
@@ -65,11 +74,7 @@ def load(paths, sources):
     """Every case that ran, by name; `sources` gets one provenance line per file."""
     runs = {}
     for path in paths:
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError) as e:
-            fail(f"{path}: {e}; pass a hisparse-microbench --benchmark_out file")
+        data = read_json(path)
         c = data.get("context", {})
         sources.append(f"{path}: {c.get('hisparse_device', 'device not recorded')}, "
                        f"git {short_revision(c.get('hisparse_git_revision', 'unknown'))}, {c.get('date', '')}")

@@ -96,7 +96,8 @@ constexpr int stage_copy_blocks(int streams) {
 /// PCIe), B48 1M 45.3 -> 44.0 -> 43.7 ms, B48 128K 6.05 -> 5.37 -> 5.12 ms, B128 128K 13.6 ->
 /// 12.5 -> 12.4 ms. With fewer runs per round a longer step only delays the first round: 16
 /// rounds per copy took 1M x 8 streams from 1.26 to 1.32 ms and 128K x 64 streams (B48, 3,072
-/// runs) from 1.27 to 1.33 ms.
+/// runs) from 1.27 to 1.33 ms. These figures predate the stream-by-stream copy (plane_stage.cuh),
+/// which leaves fewer runs in flight at once; the rule was kept there but not re-swept.
 inline constexpr std::int64_t kStageManyRuns = 8192;
 inline constexpr std::int64_t kStageRunBytes = 8192;
 /// Rounds per copy step (PlaneStaging::rounds_per_copy) for `streams` streams of at most `units`
