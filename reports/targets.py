@@ -25,8 +25,17 @@ TARGETS = [
     ("#3 1152-B rows, batch 64, 100% miss", SWAP + "batch:64/hot:4096/row:1152/miss:1/", "missed_GBps", ">=", 50),
     ("#4 HBM scan B48 128K batch 8 (fraction of HBM)", SCAN + "hbm/budget:48/context:131072/batch:8/", "ceiling_fraction", ">=", 0.5),
     ("#4 HBM scan B48 1M batch 32 (fraction of HBM)", SCAN + "hbm/budget:48/context:1048576/batch:32/", "ceiling_fraction", ">=", 0.5),
-    ("#4 host scan B48 1M batch 1 (fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:1/", "ceiling_fraction", ">=", 0.9),
-    ("#4 host scan B48 1M batch 32 (fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:32/", "ceiling_fraction", ">=", 0.9),
+    # The host scan two ways: the measure, the step's plane transfer (the staging copy's
+    # own span, first copy block's start to the last one's end, beside the scan), and the whole
+    # step (launch to the last kernel's end: the transfer plus the scan's tail, merge, finalize).
+    ("#4 host transfer B48 1M batch 1 (copy span, fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:1/", "copy_ceiling_fraction", ">=", 0.9),
+    ("#4 host transfer B48 1M batch 8 (copy span, fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:8/", "copy_ceiling_fraction", ">=", 0.9),
+    ("#4 host transfer B48 1M batch 32 (copy span, fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:32/", "copy_ceiling_fraction", ">=", 0.9),
+    ("#4 host transfer B48 128K batch 8 (copy span, fraction of PCIe)", SCAN + "host/budget:48/context:131072/batch:8/", "copy_ceiling_fraction", ">=", 0.9),
+    ("#4 host scan B48 1M batch 1 (whole step, fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:1/", "ceiling_fraction", ">=", 0.9),
+    ("#4 host scan B48 1M batch 8 (whole step, fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:8/", "ceiling_fraction", ">=", 0.9),
+    ("#4 host scan B48 1M batch 32 (whole step, fraction of PCIe)", SCAN + "host/budget:48/context:1048576/batch:32/", "ceiling_fraction", ">=", 0.9),
+    ("#4 host scan B48 128K batch 8 (whole step, fraction of PCIe)", SCAN + "host/budget:48/context:131072/batch:8/", "ceiling_fraction", ">=", 0.9),
     ("#4 planner batch 8, one graph replay", "fathom_plan/batch:8/", "us_per_call", "<=", 5),
 ]
 # Context rows printed under the table (not targets): the floors under the latency targets. A

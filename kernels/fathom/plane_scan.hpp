@@ -90,6 +90,10 @@ struct PlaneStaging {
   std::int32_t parts = 1;
   /// Scan rounds one copy step moves together (longer host runs, a later first round).
   std::int32_t rounds_per_copy = 1;
+  /// Diagnostic (null: off): [0] the first copy block's start and [1] the last one's end
+  /// (globaltimer ns, by atomicMin / atomicMax), so [1] - [0] is the span of the step's transfer.
+  /// The caller sets [0] to all ones and [1] to 0 before each call.
+  unsigned long long* copy_clock = nullptr;
   [[nodiscard]] HISPARSE_HD bool enabled() const { return words != nullptr; }
   [[nodiscard]] std::int64_t word_count(std::int32_t streams) const {
     return static_cast<std::int64_t>(streams) * units_cap * blocks_cap;
@@ -107,6 +111,7 @@ struct HostStaging {
   bool enabled = false;
   int copy_blocks = 0;      ///< 0: stage_copy_blocks(streams) (plane_scan_config.hpp)
   int rounds_per_copy = 0;  ///< 0: stage_rounds_per_copy (plane_scan_config.hpp)
+  unsigned long long* copy_clock = nullptr;  ///< PlaneStaging::copy_clock (diagnostic)
 };
 
 /// Longest period of per-KV-head budgets that work-sized chunks follow (PlaneScanWorkspace).

@@ -63,50 +63,51 @@ inline constexpr int kFinalizeThreads = 512;
 inline constexpr std::int64_t kFinalizeSharedMax = 227 * 1024;
 
 /// Host-plane staging (PlaneStaging): the copy blocks are scan blocks that took the copy role,
-/// kStageUnroll 16-byte loads in flight per thread. One copy block per stream, at least
-/// kStageBlocksMin (several per stream when there are fewer streams) and at most kStageBlocksMax
-/// unless kStageStreamsPerBlock would be exceeded (every copy block plans and orders its streams
-/// in shared memory first). H200 sweep (budget 48, reports/PERF_LOG.md 2026-12-01): 1M x 8
-/// streams 1415 us at 16 blocks, 1397 at 64, 1412 at 128; 128K x 64 streams 1635 us at 16 (four
-/// streams per block), 1341 at 64 (one each), 1722 at 128. kStageRoundsPerCopy scan rounds move
-/// per copy step (4 was no better there; see stage_rounds_per_copy for many streams).
+/// kStageUnroll 16-byte loads in flight per thread. kStageBlocks copy blocks (with fewer streams,
+/// the same whole number per stream), more only where kStageStreamsPerBlock would be exceeded
+/// (every copy block plans and orders its streams in shared memory first). H200, budget 48
+/// (reports/PERF_LOG.md): on 2026-12-01, 1M x 8 streams 1415 us at 16 blocks, 1397 at 64, 1412
+/// at 128; 128K x 64 streams 1635 us at 16 (four streams per block), 1341 at 64 (one each), 1722
+/// at 128. On 2026-12-03, 1M x 8 streams took 1251-1254 us at 64 blocks against 1273-1278 at
+/// 16, the minimum of the time, which is now gone. 8 loads in flight per thread instead of 4
+/// changed nothing, and a cp.async ring of 16 ran at 40% of PCIe (PERF_LOG 2026-12-03).
 /// kStageThreads: threads of the copy-only diagnostic kernel (those of the default scan variant).
 inline constexpr int kStageThreads = 256;
 inline constexpr int kStageUnroll = 4;
-inline constexpr int kStageBlocksMin = 16;
-inline constexpr int kStageBlocksMax = 64;
+inline constexpr int kStageBlocks = 64;
 inline constexpr int kStageStreamsPerBlock = 16;
-inline constexpr int kStageRoundsPerCopy = 1;
 /// The scan variant compiled for staged host planes (other variants read host planes in place).
 inline constexpr int kStagedVariant = 0;
 constexpr int stage_copy_blocks(int streams) {
-  const int one_each = streams < kStageBlocksMin   ? kStageBlocksMin
-                       : streams > kStageBlocksMax ? kStageBlocksMax
-                                                   : streams;
   const int by_tables = (streams + kStageStreamsPerBlock - 1) / kStageStreamsPerBlock;
-  return one_each > by_tables ? one_each : by_tables;
+  return kStageBlocks > by_tables ? kStageBlocks : by_tables;
 }
 
 /// A staging round copies one run of (round blocks x 8) bytes per stream and active (channel,
-/// plane), each in host pages of its own. Past kStageManyRuns runs per round the pages' address
-/// translations no longer last from one round to the next (on the H200 VM, the hypervisor's
-/// IOMMU), so such a copy moves at least kStageRunBytes of each run per step instead of one
-/// round. H200, 256 streams (batch 32), 2 chunks x 16-block tiles, so 256-byte runs (PERF_LOG
-/// 2026-12-03), 1 -> 16 -> 32 rounds per copy: B128 1M 353 -> 105 -> 103 ms (25% -> 85% of
-/// PCIe), B48 1M 45.3 -> 44.0 -> 43.7 ms, B48 128K 6.05 -> 5.37 -> 5.12 ms, B128 128K 13.6 ->
-/// 12.5 -> 12.4 ms. With fewer runs per round a longer step only delays the first round: 16
-/// rounds per copy took 1M x 8 streams from 1.26 to 1.32 ms and 128K x 64 streams (B48, 3,072
-/// runs) from 1.27 to 1.33 ms. These figures predate the stream-by-stream copy (plane_stage.cuh),
-/// which leaves fewer runs in flight at once; the rule was kept there but not re-swept.
+/// plane), each in host pages of its own, so a copy step moves `rounds_per_copy` rounds: at least
+/// kStageStepRunBytes of every run. Short runs cost the SM loads their rate: the copy's own span
+/// (PlaneStaging::copy_clock) at 128K x 64 streams, budget 48 (384-byte runs per round, 64 copy
+/// blocks; PERF_LOG 2026-12-03) ran at 88.6% of PCIe with 1 round per step, 90.6% with 2 and
+/// 91.7% with 4 (1268 / 1249 / 1254 us for the step); 16 rounds per step delayed the first
+/// round (1324 us). 1M x 8 streams (3,200-byte runs) kept one round.
+/// Past kStageManyRuns runs per round the pages' address translations no longer last from one
+/// round to the next (on the H200 VM, the hypervisor's IOMMU), so such a copy moves at least
+/// kStageManyRunsStepBytes of each run per step. H200, 256 streams (batch 32), 2 chunks x
+/// 16-block tiles, so 256-byte runs (PERF_LOG 2026-12-03), 1 -> 16 -> 32 rounds per copy: B128 1M
+/// 353 -> 105 -> 103 ms (25% -> 85% of PCIe), B48 1M 45.3 -> 44.0 -> 43.7 ms, B48 128K 6.05 ->
+/// 5.37 -> 5.12 ms, B128 128K 13.6 -> 12.5 -> 12.4 ms (before the stream-by-stream copy of
+/// plane_stage.cuh).
+inline constexpr std::int64_t kStageStepRunBytes = 1024;
 inline constexpr std::int64_t kStageManyRuns = 8192;
-inline constexpr std::int64_t kStageRunBytes = 8192;
+inline constexpr std::int64_t kStageManyRunsStepBytes = 8192;
 /// Rounds per copy step (PlaneStaging::rounds_per_copy) for `streams` streams of at most `units`
 /// active (channel, plane) units, rounds of `round_blocks` 64-token blocks, `rounds` rounds.
 constexpr int stage_rounds_per_copy(std::int64_t streams, std::int64_t units,
                                     std::int64_t round_blocks, int rounds) {
-  if (streams * units <= kStageManyRuns) return kStageRoundsPerCopy;
+  const std::int64_t step_bytes =
+      streams * units > kStageManyRuns ? kStageManyRunsStepBytes : kStageStepRunBytes;
   const std::int64_t run_bytes = round_blocks * 8;  // 64 tokens of one plane: 8 bytes per block
-  const std::int64_t per_copy = (kStageRunBytes + run_bytes - 1) / run_bytes;
+  const std::int64_t per_copy = (step_bytes + run_bytes - 1) / run_bytes;
   return static_cast<int>(per_copy < rounds ? per_copy : rounds);
 }
 

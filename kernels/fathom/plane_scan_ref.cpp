@@ -426,6 +426,7 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
     st.rounds_per_copy = host_staging.rounds_per_copy > 0
                              ? host_staging.rounds_per_copy
                              : stage_rounds_per_copy(streams, units, best * tile, st.rounds);
+    st.copy_clock = host_staging.copy_clock;
   }
   return ws;
 }

@@ -37,9 +37,14 @@ class PlaneScan {
   /// mapped host memory itself (false). Both give the same selection. `copy_blocks` and
   /// `rounds_per_copy` tune the copy (0: the defaults of plane_scan_config.hpp).
   void set_host_staging(bool on, int copy_blocks = 0, int rounds_per_copy = 0) noexcept {
-    host_staging_ = {on, copy_blocks, rounds_per_copy};
+    host_staging_ = {on, copy_blocks, rounds_per_copy, host_staging_.copy_clock};
   }
   [[nodiscard]] bool host_staging() const noexcept { return host_staging_.enabled; }
+  /// Diagnostic: 2 unsigned 64-bit words of device memory where the staging copy records the
+  /// span of its transfer (kernels::fathom::PlaneStaging::copy_clock); null turns it off.
+  void set_copy_clock(unsigned long long* device_words) noexcept {
+    host_staging_.copy_clock = device_words;
+  }
   [[nodiscard]] const kernels::fathom::PlaneScanWorkspace& workspace() const noexcept {
     return ws_;
   }

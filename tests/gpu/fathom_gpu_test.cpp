@@ -424,9 +424,24 @@ void run_scan_case(const ScanCase& c) {
     PlaneScan scan(Backend::cuda);
     scan.set_variant(variant);
     scan.set_host_staging(staging.on, staging.copy_blocks, staging.rounds_per_copy);
+    // The copy-span diagnostic (PlaneStaging::copy_clock) on the shaped staging: the copy
+    // blocks record when the first started and the last ended.
+    const bool clocked = staging.copy_blocks > 0;
+    auto clock = Buffer<unsigned long long>::device(2, Backend::cuda, "copy clock");
+    if (clocked) {
+      const unsigned long long unset[2] = {~0ull, 0};
+      copy_bytes(clock.device_data(), unset, sizeof(unset), Backend::cuda);
+      scan.set_copy_clock(clock.device_data());
+    }
     if (c.multiprocessors > 0) scan.set_multiprocessors(c.multiprocessors);
     scan.run(a, c.budget, stream.native(), c.head_budgets);
     stream.synchronize();
+    if (clocked) {
+      const auto span = to_host(clock.device_data(), 2, Backend::cuda);
+      const bool copied = scan.workspace().staging.enabled();
+      EXPECT_EQ(span[0] != ~0ull, copied) << "copy start";
+      EXPECT_EQ(span[1] > span[0] && span[1] != 0, copied) << "copy end after its start";
+    }
     EXPECT_EQ(scan.workspace().variant, variant);
     if (scan.workspace().chunk_period > 0) ++g_work_sized_runs;
     // The staging path really ran (where asked for, on the variant compiled for it), in the

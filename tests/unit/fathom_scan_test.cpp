@@ -645,15 +645,15 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   a.layout.kind = kf::PlaneLayoutKind::host;
   const auto ws = kf::plan_scan_workspace(a, 48, 132, 0, {true});
   EXPECT_EQ(ws.tile_blocks, 16);
-  EXPECT_EQ(ws.chunks, 31);  // 8 streams x 31 = 248 = 264 slots - 16 copy blocks
-  EXPECT_EQ(ws.staging.copy_blocks, 16);
-  EXPECT_EQ(ws.staging.parts, 2);  // 2 copy blocks per stream
+  EXPECT_EQ(ws.chunks, 25);  // 8 streams x 25 = 200 = 264 slots - 64 copy blocks
+  EXPECT_EQ(ws.staging.copy_blocks, 64);
+  EXPECT_EQ(ws.staging.parts, 8);  // 8 copy blocks per stream
   EXPECT_EQ(ws.staging.units_cap, 48);
   EXPECT_EQ(ws.staging.slots_cap, 48);
   EXPECT_EQ(ws.staging.blocks_cap, 16384);
-  EXPECT_EQ(ws.staging.rounds, 34);  // 1024 tiles / 31 chunks
+  EXPECT_EQ(ws.staging.rounds, 41);  // 1024 tiles / 25 chunks
   EXPECT_EQ(ws.staging.word_count(8), 8LL * 48 * 16384);
-  EXPECT_EQ(ws.staging.flag_count(8), 8 * 34);
+  EXPECT_EQ(ws.staging.flag_count(8), 8 * 41);
   EXPECT_FALSE(ws.staging.enabled());  // the owner sets the buffers
   const auto direct = kf::plan_scan_workspace(a, 48, 132, 0, {false});
   EXPECT_EQ(direct.tile_blocks, 64);
@@ -661,15 +661,18 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(direct.staging.copy_blocks, 0);
   a.layout.kind = kf::PlaneLayoutKind::hbm;
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 0);
-  // One copy block per stream within [16, 64], then one per 16 streams.
-  EXPECT_EQ(kf::stage_copy_blocks(3), 16);
-  EXPECT_EQ(kf::stage_copy_blocks(40), 40);
+  // 64 copy blocks, then one per 16 streams.
+  EXPECT_EQ(kf::stage_copy_blocks(3), 64);
+  EXPECT_EQ(kf::stage_copy_blocks(40), 64);
   EXPECT_EQ(kf::stage_copy_blocks(256), 64);
   EXPECT_EQ(kf::stage_copy_blocks(2048), 128);
-  // 3 streams: 5 copy blocks each (15 of the 16).
+  // 3 streams: 21 copy blocks each (63 of the 64); 40 streams: one each.
   a.layout.kind = kf::PlaneLayoutKind::host;
   a.streams = 3;
-  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 15);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 63);
+  a.streams = 40;
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.copy_blocks, 40);
+  a.streams = 3;
   // Only the staged variant stages; the others read host planes in place.
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 2, {true}).staging.copy_blocks, 0);
   // Small scan blocks (one head, keep 64, budget 8) hold fewer stream tables than 16: 2048
@@ -692,10 +695,11 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(shared.staging.copy_blocks, 16);
   EXPECT_EQ(shared.staging.parts, 2);
   EXPECT_EQ(shared.staging.rounds_per_copy, 4);
-  EXPECT_EQ(ws.staging.rounds_per_copy, kf::kStageRoundsPerCopy);
+  // 8 streams: 25 chunks x 16-block tiles make 3,200-byte runs per round, one round per step.
+  EXPECT_EQ(ws.staging.rounds_per_copy, 1);
   // 256 streams (batch 32): 2 chunks x 16-block tiles make 256-byte runs, and 256 x 48 runs per
   // round exceed kStageManyRuns, so a copy step moves 8 KB of each run: 32 rounds. 64 streams
-  // (3,072 runs per round) and 8 streams keep one round per step.
+  // (3,072 runs per round of 3 chunks: 384 bytes) move at least 1 KB per step: 3 rounds.
   a.streams = 256;
   const auto many = kf::plan_scan_workspace(a, 48, 132, 0, {true});
   EXPECT_EQ(many.chunks, 2);
@@ -704,13 +708,17 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(many.staging.rounds_per_copy, 32);
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true, 0, 2}).staging.rounds_per_copy, 2);
   a.streams = 64;
-  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.rounds_per_copy, 1);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).chunks, 3);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.rounds_per_copy, 3);
   a.streams = 8;
-  // The rule itself: at most the rounds there are; runs of 8 KB or more need one round per step.
+  // The rule itself: at most the rounds there are; 8 KB per run and step past 8,192 runs per
+  // round (256 x 48), else 1 KB (256 x 32 runs of 256 bytes: 4 rounds); longer runs take one.
   EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 32, 512), 32);
   EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 32, 20), 20);
   EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 1024, 512), 1);
-  EXPECT_EQ(kf::stage_rounds_per_copy(256, 32, 32, 512), kf::kStageRoundsPerCopy);
+  EXPECT_EQ(kf::stage_rounds_per_copy(256, 32, 32, 512), 4);
+  EXPECT_EQ(kf::stage_rounds_per_copy(8, 48, 400, 41), 1);
+  EXPECT_EQ(kf::stage_rounds_per_copy(8, 48, 100, 41), 2);
   EXPECT_EQ(test::error_message([&] {
               (void)kf::plan_scan_workspace(a, 48, 132, 0, {true, -1, 0});
             }),

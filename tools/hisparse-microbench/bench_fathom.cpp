@@ -13,7 +13,9 @@
 //    per block, blocks per SM, tile); label and counters give the resident warps per SM.
 //  - fathom_scan_host/{staged|direct}/...: host planes staged into HBM by a copy kernel beside the
 //    scan (the default) or read in place by the scan; fathom_scan_stage_tune/copy_blocks:G/
-//    rounds_per_copy:K/...: the staging copy's shape.
+//    rounds_per_copy:K/...: the staging copy's shape; fathom_scan_stage_copy/...: the copy alone.
+//    Staged host cases also report copy_us and copy_ceiling_fraction: the transfer's own span
+//    (first copy block's start to the last one's end, PlaneStaging::copy_clock) and its rate.
 //  - fathom_scan_plan/{given|separate|fused}/hbm/budget:48/context:C/batch:8: the scan with depths
 //    planned beforehand, after the planner kernel in the same graph, or planned inside the scan
 //    (PlaneScanArgs::plan_variances); the difference is what planning costs a decode step.
@@ -237,6 +239,9 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   fathom::PlaneScan scan(Backend::cuda);
   scan.set_variant(c.variant);
   scan.set_host_staging(c.staged, c.copy_blocks, c.rounds_per_copy);
+  // The staging copy's own span (PlaneStaging::copy_clock): first copy block start to last end.
+  auto d_clock = Buffer<unsigned long long>::device(2, Backend::cuda, "staging copy clock");
+  if (host && c.staged) scan.set_copy_clock(d_clock.device_data());
   // Unequal head budgets size the chunks by work (PlaneScanWorkspace::chunk_period).
   const std::span<const std::int32_t> chunk_budgets =
       c.head_spread != 0 && c.work_chunks ? std::span<const std::int32_t>(head_budgets)
@@ -261,13 +266,30 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
       scan.run(a, c.max_budget(), s, chunk_budgets);
     }
   });
+  double copy_span = 0;  // seconds, summed over the calls
   const double per_call = time_calls(
-      state, timer, [&](std::size_t) { l2.flush(stream); },
-      [&](std::size_t) { graph.launch(stream); });
+      state, timer,
+      [&](std::size_t) {
+        l2.flush(stream);
+        HISPARSE_CUDA_CHECK(cudaMemsetAsync(d_clock.device_data(), 0xff, 8, stream.native()));
+        HISPARSE_CUDA_CHECK(cudaMemsetAsync(d_clock.device_data() + 1, 0, 8, stream.native()));
+      },
+      [&](std::size_t) { graph.launch(stream); },
+      [&](std::size_t) {
+        unsigned long long clock[2] = {};
+        copy_bytes(clock, d_clock.device_data(), sizeof(clock), Backend::cuda);
+        if (clock[1] > clock[0]) copy_span += static_cast<double>(clock[1] - clock[0]) * 1e-9;
+      });
   const double bytes = plane_bytes + scale_bytes;
   const double gbps = bytes / per_call / 1e9;
   const double ceiling = host ? pcie_h2d_gbps() : hbm_copy_gbps();
   state.counters["us_per_call"] = per_call * 1e6;
+  if (copy_span > 0 && state.iterations() > 0) {
+    // The transfer alone: the step's bytes over the copy's own span, not over the whole step.
+    const double span = copy_span / static_cast<double>(state.iterations());
+    state.counters["copy_us"] = span * 1e6;
+    state.counters["copy_ceiling_fraction"] = bytes / span / 1e9 / pcie_h2d_gbps();
+  }
   state.counters["read_MB"] = bytes / 1e6;
   state.counters["GBps"] = gbps;
   state.counters["ceiling_fraction"] = gbps / ceiling;
@@ -454,7 +476,8 @@ bool register_fathom() {
   };
   for (auto [context, batch] : {std::pair<std::int64_t, int>{1048576, 1}, {131072, 8}})
     for (int blocks : {8, 16, 32, 64, 128})
-      for (int rounds : {1, 4, 16}) stage_tune(48, context, batch, blocks, rounds);
+      for (int rounds : {1, 2, 4, 16}) stage_tune(48, context, batch, blocks, rounds);
+  for (int rounds : {1, 2, 3, 4, 8}) stage_tune(48, 1048576, 8, 64, rounds);
   // Batch 32 (256 streams): rounds of 2 tiles per stream make 256-byte runs per (channel,
   // plane), many more than the host-page translations kept from round to round
   // (stage_rounds_per_copy).
@@ -462,15 +485,19 @@ bool register_fathom() {
     for (std::int64_t context : {std::int64_t{131072}, std::int64_t{1048576}})
       for (int blocks : {8, 64})
         for (int rounds : {1, 4, 16, 32}) stage_tune(budget, context, 32, blocks, rounds);
-  for (int blocks : {8, 16, 32}) {
-    ScanCase c{kf::PlaneLayoutKind::host, 48, 1048576, 1};
-    c.copy_blocks = blocks;
-    c.copy_only = true;
-    register_scan(fmt::format("fathom_scan_stage_copy/copy_blocks:{}/host/budget:48/"
-                              "context:1048576/batch:1",
-                              blocks),
-                  c);
-  }
+  // The copy alone (no scan beside it): what SM loads of host memory reach on the same runs.
+  for (auto [context, batch] : {std::pair<std::int64_t, int>{1048576, 1}, {131072, 8}})
+    for (int blocks : {16, 32, 64})
+      for (int rounds : {1, 4}) {
+        ScanCase c{kf::PlaneLayoutKind::host, 48, context, batch};
+        c.copy_blocks = blocks;
+        c.rounds_per_copy = rounds;
+        c.copy_only = true;
+        register_scan(fmt::format("fathom_scan_stage_copy/copy_blocks:{}/rounds_per_copy:{}/host/"
+                                  "budget:48/context:{}/batch:{}",
+                                  blocks, rounds, context, batch),
+                      c);
+      }
   // A budget per KV head (fathom.head_budgets): mean 48, heads at 48 +- spread, planned in the
   // scan; the tiles are sized for the largest, which is what the spread can cost.
   // chunks:work sizes each stream's chunks by its budget, chunks:uniform gives every stream the
