@@ -69,7 +69,7 @@ inline constexpr std::int64_t kFinalizeSharedMax = 227 * 1024;
 /// (reports/PERF_LOG.md): on 2026-12-01, 1M x 8 streams 1415 us at 16 blocks, 1397 at 64, 1412
 /// at 128; 128K x 64 streams 1635 us at 16 (four streams per block), 1341 at 64 (one each), 1722
 /// at 128. On 2026-12-03, 1M x 8 streams took 1251-1254 us at 64 blocks against 1273-1278 at
-/// 16, the minimum of the time, which is now gone. 8 loads in flight per thread instead of 4
+/// 16, the old minimum (it is gone: 64 for every stream count). 8 loads in flight instead of 4
 /// changed nothing, and a cp.async ring of 16 ran at 40% of PCIe (PERF_LOG 2026-12-03).
 /// kStageThreads: threads of the copy-only diagnostic kernel (those of the default scan variant).
 inline constexpr int kStageThreads = 256;

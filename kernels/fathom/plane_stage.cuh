@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/global_timer.cuh"
 #include "kernels/fathom/depth_plan_warp.cuh"
 #include "kernels/fathom/plane_scan_config.hpp"
 #include "kernels/fathom/plane_scan_fragments.hpp"
@@ -34,13 +35,6 @@ __device__ inline StreamTable stream_table(unsigned char* smem, int local, int c
   return {ints, ints + kPlanes * channels, ints + (kPlanes + 1) * channels,
           ints + (kPlanes + 2) * channels,
           at + (static_cast<std::int64_t>(kPlanes + 2) * channels + 4) * 4};
-}
-
-// The global timer in ns (the copy_clock diagnostic).
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long ns = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  return ns;
 }
 
 // Share `part` of `parts` of runs x pieces 16-byte pieces: piece k of run r comes from
@@ -79,7 +73,7 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
                                                  unsigned char* smem) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int d = a.layout.channels;
-  if (st.copy_clock != nullptr && tid == 0) atomicMin(st.copy_clock, global_ns());
+  if (st.copy_clock != nullptr && tid == 0) atomicMin(st.copy_clock, global_timer_ns());
   // Block g serves streams g % lanes, + lanes, ... and share g / lanes of each of their rounds
   // (with more blocks than streams, lanes = streams and every block has one stream).
   const int lanes = st.copy_blocks / st.parts;
@@ -156,7 +150,7 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
   }
   if (st.copy_clock != nullptr) {
     __syncthreads();  // the block's last stores are issued
-    if (tid == 0) atomicMax(st.copy_clock + 1, global_ns());
+    if (tid == 0) atomicMax(st.copy_clock + 1, global_timer_ns());
   }
 }
 

@@ -29,6 +29,7 @@
 #include "core/cuda_check.hpp"
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/global_timer.cuh"
 #include "kernels/hotcache/swap_in.hpp"
 #include "kernels/hotcache/swap_in_config.hpp"
 
@@ -303,9 +304,7 @@ __device__ __forceinline__ void phase_stamp(const SwapInArgs& a, int k) {
     __syncthreads();
     if (blockIdx.x == 0 && threadIdx.x == 0) {
       const long long clock = clock64();
-      std::uint64_t ns = 0;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-      a.phase_stamps[k] = ns;
+      a.phase_stamps[k] = global_timer_ns();
       a.phase_stamps[kSwapInPhaseStamps + k] = static_cast<std::uint64_t>(clock);
     }
   } else {

@@ -240,8 +240,9 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   scan.set_variant(c.variant);
   scan.set_host_staging(c.staged, c.copy_blocks, c.rounds_per_copy);
   // The staging copy's own span (PlaneStaging::copy_clock): first copy block start to last end.
+  const bool clocked = host && c.staged;
   auto d_clock = Buffer<unsigned long long>::device(2, Backend::cuda, "staging copy clock");
-  if (host && c.staged) scan.set_copy_clock(d_clock.device_data());
+  if (clocked) scan.set_copy_clock(d_clock.device_data());
   // Unequal head budgets size the chunks by work (PlaneScanWorkspace::chunk_period).
   const std::span<const std::int32_t> chunk_budgets =
       c.head_spread != 0 && c.work_chunks ? std::span<const std::int32_t>(head_budgets)
@@ -271,11 +272,13 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
       state, timer,
       [&](std::size_t) {
         l2.flush(stream);
+        if (!clocked) return;
         HISPARSE_CUDA_CHECK(cudaMemsetAsync(d_clock.device_data(), 0xff, 8, stream.native()));
         HISPARSE_CUDA_CHECK(cudaMemsetAsync(d_clock.device_data() + 1, 0, 8, stream.native()));
       },
       [&](std::size_t) { graph.launch(stream); },
       [&](std::size_t) {
+        if (!clocked) return;
         unsigned long long clock[2] = {};
         copy_bytes(clock, d_clock.device_data(), sizeof(clock), Backend::cuda);
         if (clock[1] > clock[0]) copy_span += static_cast<double>(clock[1] - clock[0]) * 1e-9;
