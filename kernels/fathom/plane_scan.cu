@@ -12,6 +12,7 @@
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "kernels/common/block_scan.cuh"
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/shared_layout.hpp"
 #include "kernels/fathom/depth_plan_warp.cuh"
 #include "kernels/fathom/plane_scan_config.hpp"
@@ -120,26 +121,6 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
 // the twin's f16_to_float; a NaN stays a NaN, and quantize_weight maps NaN products to 0 either way.
 __device__ __forceinline__ float scale_value(std::uint16_t h) {
   return __half2float(__ushort_as_half(h));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void mma_u8s8(int (&c)[4], const std::uint32_t (&a)[4],
-                                         const std::uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // Spins (one thread) until a staging round is published: every one of the `parts` copy blocks
@@ -416,7 +397,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         mma::offset_fragments(mults + g * kScaleGroupBlocks * sp, magnitudes,
                               wts + static_cast<std::int64_t>(g) * hp * sp, sp, hp, k0, slots_read,
                               lane, af, bf);
-        mma_u8s8(term, af, bf);
+        mma::mma_u8s8(term, af, bf);
       }
       if (2 * (lane % 4) < hp) {  // columns 2t, 2t + 1 of rows g, g + 8; heads_pad is even
         int* at = group_terms(st, g) + (lane / 4) * hp + 2 * (lane % 4);
@@ -479,7 +460,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
             std::uint32_t bf[2];
             mma::b_fragment(wword[p], odd, lane, bf);
 #pragma unroll
-            for (int k = 0; k < kPerWarp; ++k) mma_u8s8(acc[k][p], af[k], bf);
+            for (int k = 0; k < kPerWarp; ++k) mma::mma_u8s8(acc[k][p], af[k], bf);
           }
         }
       }

@@ -127,6 +127,18 @@ __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int 
 }
 #endif
 
+#if defined(__CUDACC__)
+/// c += a x b: one m16n8k32 MMA of unsigned code bytes (A, row) by signed weights (B, col).
+__device__ __forceinline__ void mma_u8s8(int (&c)[4], const std::uint32_t (&a)[4],
+                                         const std::uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 /// Byte offset of W[head][slot] inside one scale group's weights (slots_pad a multiple of 16).
 HISPARSE_HD int weight_index(int head, int slot, int slots_pad) {
   return (head * 4 + slot % 4) * (slots_pad / 4) + slot / 4;

@@ -28,6 +28,7 @@
 
 #include "core/cuda_check.hpp"
 #include "kernels/common/block_scan.cuh"
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/global_timer.cuh"
 #include "kernels/hotcache/swap_in.hpp"
@@ -108,11 +109,6 @@ __device__ __forceinline__ void write_row_stats(const SwapInArgs& a, int row, in
   }
   a.plan.count[row] = misses;
   if (a.plan.fetched) a.plan.fetched[row] = fetched ? 1 : 0;
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src) : "memory");
 }
 
 constexpr int kItems = cfg::kResolveItems;
@@ -1017,7 +1013,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
                                  static_cast<std::size_t>(fetch_token[m]) * a.host_pool.row_stride +
                                  16 * static_cast<std::size_t>(u - m * units_per_row));
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    cp_async_commit();
   }
   phase_stamp<kTimed>(a, 5);
 
@@ -1067,7 +1063,7 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
 
   // The fetched rows land in their evicted slots (evict_slot is complete after the barrier).
   if (fetch) {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    cp_async_wait_all();
     __syncthreads();
     std::uint8_t* rows = a.hot_buffer.rows;
     for (int u = tid; u < n_miss * units_per_row; u += nt) {

@@ -153,9 +153,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   // One stream's random planes and scales, replicated into every stream.
   std::vector<std::uint64_t> words(words_per);
   std::vector<std::uint16_t> scales(scales_per);
-  for (std::size_t i = 0; i < words_per; ++i) words[i] = random_bits(7, i);
-  for (std::size_t i = 0; i < scales_per; ++i)
-    scales[i] = float_to_f16(0.5f + 1.5f * random_uniform(8, i));
+  random_planes(words, scales);
   const bool host = c.kind == kf::PlaneLayoutKind::host;
   auto make = [&](auto& buf, const auto& one, std::size_t per, const char* label) {
     using T = typename std::decay_t<decltype(one)>::value_type;

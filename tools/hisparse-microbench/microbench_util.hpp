@@ -13,11 +13,14 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bench/ceilings.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device.hpp"
+#include "core/dtypes.hpp"
 #include "core/memory.hpp"
+#include "core/rng.hpp"
 #include "core/stream.hpp"
 
 namespace hisparse::microbench {
@@ -62,6 +65,14 @@ auto* register_timed(const std::string& name, Args&&... args) {
       ->UseManualTime()
       ->Unit(benchmark::kMicrosecond)
       ->Iterations(iterations());
+}
+
+/// One stream's synthetic Fathom planes: random plane words and fp16 scales in [0.5, 2), the same
+/// in every Fathom benchmark (the scan's cost does not depend on the values).
+inline void random_planes(std::vector<std::uint64_t>& words, std::vector<std::uint16_t>& scales) {
+  for (std::size_t i = 0; i < words.size(); ++i) words[i] = random_bits(7, i);
+  for (std::size_t i = 0; i < scales.size(); ++i)
+    scales[i] = float_to_f16(0.5f + 1.5f * random_uniform(8, i));
 }
 
 #if HISPARSE_WITH_CUDA
