@@ -1,9 +1,10 @@
-// fathom_score_ceiling/<work>/slots:S/context:N/batch:B: the scoring-ceiling probe
+// fathom_score_ceiling/<work>[/warps:4]/slots:S/context:N/batch:B: the scoring-ceiling probe
 // (score_ceiling_probe.hpp) over batch x 8 streams of N tokens in the HBM layout, S channels read
 // at depth 1 (S plane bits per token, like a budget of S spread over S channels; the benchmark
 // depths of budget 48 give about 40 active channels and 48 units). Work `score` is the HBM scan's
 // arithmetic with nothing else; `unscaled` drops the per-block multipliers, `expand_only` the
-// MMAs (the code bytes are summed instead), `stage_only` everything but the staging. Counters as
+// MMAs (the code bytes are summed instead), `stage_only` everything but the staging; `warps:4`
+// runs 4-warp blocks whose warps score 4 blocks each instead of 2. Counters as
 // fathom_scan's: us per call, bytes read (plane-0 words and scales of the S channels), GB/s and
 // the fraction of the HBM copy ceiling. The first call's counts are checked against the CPU twin
 // (every stream holds the same random planes, so one stream's twin serves all). L2 is flushed
@@ -31,6 +32,7 @@ struct CeilingCase {
   int slots;
   std::int64_t context;
   int batch;
+  int warps = 8;  ///< ScoreCeilingArgs::warps
 };
 
 #if HISPARSE_WITH_CUDA
@@ -75,6 +77,7 @@ void run_ceiling(benchmark::State& state, const CeilingCase& c) {
   a.threshold = static_cast<int>(9300.0 * std::sqrt(static_cast<double>(c.slots)));
   a.counts = d_counts.device_data();
   a.work = c.work;
+  a.warps = c.warps;
   const int superblocks = static_cast<int>(c.context / (kf::kSuperblockBlocks * kf::kBlockTokens));
   const int resident = score_ceiling_resident_blocks(a);
   const int chunks =
@@ -132,12 +135,20 @@ bool register_ceiling() {
                                                        {CeilingWork::unscaled, "unscaled"},
                                                        {CeilingWork::expand_only, "expand_only"},
                                                        {CeilingWork::stage_only, "stage_only"}};
+  const std::pair<std::int64_t, int> shapes[] = {{131072, 8}, {1048576, 32}};
   for (auto [work, name] : works)
     for (int slots : {48, 128})
-      for (auto [context, batch] : {std::pair<std::int64_t, int>{131072, 8}, {1048576, 32}})
+      for (auto [context, batch] : shapes)
         register_timed(fmt::format("fathom_score_ceiling/{}/slots:{}/context:{}/batch:{}", name,
                                    slots, context, batch),
                        bench_ceiling, CeilingCase{work, slots, context, batch});
+  // 4-warp blocks: each warp scores 4 blocks of a superblock at once (more independent chains).
+  for (auto [work, name] : works)
+    for (auto [context, batch] : shapes)
+      if (work != CeilingWork::stage_only)
+        register_timed(fmt::format("fathom_score_ceiling/{}/warps:4/slots:48/context:{}/batch:{}",
+                                   name, context, batch),
+                       bench_ceiling, CeilingCase{work, 48, context, batch, 4});
   return true;
 }
 

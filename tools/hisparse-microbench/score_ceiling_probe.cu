@@ -15,10 +15,12 @@ using kernels::cp_async16;
 using kernels::cp_async_commit;
 using kernels::cp_async_wait;
 
-// The full scan's default shape: 8 warps, 2 blocks per SM, each warp scoring two blocks of a
-// 16-block superblock per round.
-constexpr int kThreads = 256, kWarps = kThreads / 32, kBlocksPerSm = 2;
+// WARPS warps per block share each staged 16-block superblock, so a warp scores 16 / WARPS blocks
+// of it as independent MMA chains: 8 warps (the full scan's shape) take 2, 4 warps take 4. Either
+// way the register cap is 128 (512 threads per SM).
 constexpr int kSb = kf::kSuperblockBlocks;
+template <int WARPS>
+constexpr int kThreadsOf = 32 * WARPS;
 
 // Shared memory: the int8 weights (mma::weight_index layout), then two stages of one superblock's
 // words ([slot][16]) and scales ([slot][16]).
@@ -35,9 +37,10 @@ __host__ __device__ inline CeilingSmem ceiling_smem(int slots) {
   return m;
 }
 
-template <CeilingWork WORK>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+template <CeilingWork WORK, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     score_ceiling_kernel(ScoreCeilingArgs a, int chunks) {
+  constexpr int kThreads = kThreadsOf<WARPS>, kPerWarp = kSb / WARPS;
   extern __shared__ __align__(16) unsigned char smem[];
   const CeilingSmem m = ceiling_smem(a.slots);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -93,22 +96,22 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         checksum ^= tw[i];
       }
     } else {
-      // Warp `warp` scores blocks warp and warp + 8 of the superblock (two independent chains).
+      // Warp `warp` scores blocks warp + k * WARPS of the superblock (independent chains).
       const int x = lane / 4, t = lane % 4;
-      int acc[2][2][4] = {};
+      int acc[kPerWarp][2][4] = {};
       for (int ks2 = 0; ks2 < slots / mma::kSlotsPerWord; ++ks2) {
         std::uint32_t wword[2];
 #pragma unroll
         for (int p = 0; p < 2; ++p) wword[p] = mma::weight_word(wts, slots, p, ks2, lane);
 #pragma unroll
         for (int odd = 0; odd < 2; ++odd) {
-          std::uint32_t af[2][4];
+          std::uint32_t af[kPerWarp][4];
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int slot = (2 * ks2 + odd) * mma::kSlotsPerStep + 4 * half + t;
 #pragma unroll
-            for (int k = 0; k < 2; ++k) {
-              const int w = warp + k * kWarps;
+            for (int k = 0; k < kPerWarp; ++k) {
+              const int w = warp + k * WARPS;
               const std::uint64_t word = tw[slot * kSb + w];
               const auto mult =
                   WORK == CeilingWork::unscaled
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           if constexpr (WORK == CeilingWork::expand_only) {
             // Every (token, slot) byte is in exactly one lane's register: their sum is exact.
 #pragma unroll
-            for (int k = 0; k < 2; ++k)
+            for (int k = 0; k < kPerWarp; ++k)
 #pragma unroll
               for (int r = 0; r < 4; ++r)
                 passed = __dp4a(af[k][r], 0x01010101u, static_cast<unsigned>(passed));
@@ -133,14 +136,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
               std::uint32_t bf[2];
               mma::b_fragment(wword[p], odd, lane, bf);
 #pragma unroll
-              for (int k = 0; k < 2; ++k) mma::mma_u8s8(acc[k][p], af[k], bf);
+              for (int k = 0; k < kPerWarp; ++k) mma::mma_u8s8(acc[k][p], af[k], bf);
             }
           }
         }
       }
       if constexpr (WORK != CeilingWork::expand_only) {
 #pragma unroll
-        for (int k = 0; k < 2; ++k)
+        for (int k = 0; k < kPerWarp; ++k)
 #pragma unroll
           for (int p = 0; p < 2; ++p)
 #pragma unroll
@@ -155,9 +158,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (lane == 0 && passed != 0) atomicAdd(a.counts + s, passed);
 }
 
-template <CeilingWork WORK>
+template <CeilingWork WORK, int WARPS>
 void configure(const CeilingSmem& m) {
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(score_ceiling_kernel<WORK>,
+  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(score_ceiling_kernel<WORK, WARPS>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, m.total));
 }
 
@@ -170,16 +173,34 @@ void check(const ScoreCeilingArgs& a) {
       a.layout.kind != kf::PlaneLayoutKind::hbm)
     throw Error("score ceiling probe: planes", "not whole superblocks in the HBM layout",
                 "use tokens that are a multiple of 1024 and the hbm layout");
+  if (a.warps != 4 && a.warps != 8)
+    throw Error("score ceiling probe: warps", std::to_string(a.warps), "use 4 or 8");
+}
+
+template <CeilingWork WORK, int WARPS>
+void launch_work(const ScoreCeilingArgs& a, int chunks, cudaStream_t stream) {
+  const CeilingSmem m = ceiling_smem(a.slots);
+  configure<WORK, WARPS>(m);
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(a.streams));
+  score_ceiling_kernel<WORK, WARPS>
+      <<<grid, kThreadsOf<WARPS>, static_cast<std::size_t>(m.total), stream>>>(a, chunks);
+  HISPARSE_CUDA_CHECK_LAUNCH();
 }
 
 template <CeilingWork WORK>
-void launch_work(const ScoreCeilingArgs& a, int chunks, cudaStream_t stream) {
-  const CeilingSmem m = ceiling_smem(a.slots);
-  configure<WORK>(m);
-  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(a.streams));
-  score_ceiling_kernel<WORK>
-      <<<grid, kThreads, static_cast<std::size_t>(m.total), stream>>>(a, chunks);
-  HISPARSE_CUDA_CHECK_LAUNCH();
+void launch_warps(const ScoreCeilingArgs& a, int chunks, cudaStream_t stream) {
+  if (a.warps == 4) return launch_work<WORK, 4>(a, chunks, stream);
+  launch_work<WORK, 8>(a, chunks, stream);
+}
+
+template <int WARPS>
+int resident_blocks(const CeilingSmem& m) {
+  configure<CeilingWork::score, WARPS>(m);
+  int blocks = 0;
+  HISPARSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, score_ceiling_kernel<CeilingWork::score, WARPS>, kThreadsOf<WARPS>,
+      static_cast<std::size_t>(m.total)));
+  return blocks;
 }
 
 }  // namespace
@@ -188,25 +209,20 @@ void launch_score_ceiling(const ScoreCeilingArgs& a, int chunks, cudaStream_t st
   check(a);
   switch (a.work) {
     case CeilingWork::score:
-      return launch_work<CeilingWork::score>(a, chunks, stream);
+      return launch_warps<CeilingWork::score>(a, chunks, stream);
     case CeilingWork::unscaled:
-      return launch_work<CeilingWork::unscaled>(a, chunks, stream);
+      return launch_warps<CeilingWork::unscaled>(a, chunks, stream);
     case CeilingWork::expand_only:
-      return launch_work<CeilingWork::expand_only>(a, chunks, stream);
+      return launch_warps<CeilingWork::expand_only>(a, chunks, stream);
     case CeilingWork::stage_only:
-      return launch_work<CeilingWork::stage_only>(a, chunks, stream);
+      return launch_warps<CeilingWork::stage_only>(a, chunks, stream);
   }
 }
 
 int score_ceiling_resident_blocks(const ScoreCeilingArgs& a) {
   check(a);
   const CeilingSmem m = ceiling_smem(a.slots);
-  configure<CeilingWork::score>(m);
-  int blocks = 0;
-  HISPARSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, score_ceiling_kernel<CeilingWork::score>, kThreads,
-      static_cast<std::size_t>(m.total)));
-  return blocks;
+  return a.warps == 4 ? resident_blocks<4>(m) : resident_blocks<8>(m);
 }
 
 }  // namespace hisparse::microbench

@@ -44,6 +44,7 @@ struct ScoreCeilingArgs {
   int threshold = 0;
   std::int32_t* counts = nullptr;
   CeilingWork work = CeilingWork::score;
+  int warps = 8;  ///< warps per block: 8 (2 blocks of each superblock per warp) or 4 (4 per warp)
 };
 
 /// The multiplier a block's fp16 scale bits give its slot (1..16): a cheap stand-in for the scan's
