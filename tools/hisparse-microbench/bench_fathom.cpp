@@ -69,6 +69,14 @@ constexpr int kDefaultTopK = 512;
   return k > 36 ? k : kDefaultTopK;
 }
 
+/// Diagnostic (HISPARSE_MICROBENCH_FLAT_DEPTHS=1): every stream reads its first `budget` channels
+/// at depth 1 instead of the planner's depths, the work of the fathom_score_ceiling probe's
+/// `slots:budget` cases, so that the scan and the probe can be compared on equal arithmetic.
+[[maybe_unused]] bool flat_depths() {
+  const char* env = std::getenv("HISPARSE_MICROBENCH_FLAT_DEPTHS");
+  return env != nullptr && std::atoi(env) == 1;
+}
+
 struct ScanCase {
   kf::PlaneLayoutKind kind;
   int budget;
@@ -190,6 +198,10 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   if (c.head_spread != 0) p.budgets = head_budgets.data();
   p.depths = depths.data();
   kf::depth_plan_bisection_ref(p);
+  const bool flat = flat_depths() && c.plan == ScanCase::Plan::given;
+  if (flat)
+    for (std::size_t i = 0; i < depths.size(); ++i)
+      depths[i] = static_cast<int>(i % kHeadDim) < c.max_budget() ? 1 : 0;
   double plane_bytes = 0, scale_bytes = 0;
   for (std::int32_t s = 0; s < streams; ++s) {
     const std::span<const std::uint8_t> d(depths.data() + s * kHeadDim, kHeadDim);
@@ -313,9 +325,10 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   state.counters["staged"] = ws.staging.enabled() ? 1 : 0;
   state.SetLabel(fmt::format(
       "variant {}: {} streams, {} chunks x {}-block tiles, {} threads x {} blocks/SM resident "
-      "({} KB shared each), {}, ceiling {:.0f} GB/s ({})",
+      "({} KB shared each), {}, ceiling {:.0f} GB/s ({}){}",
       ws.variant, streams, ws.chunks, ws.tile_blocks, v.threads, resident, smem / 1024, source,
-      ceiling, host ? "PCIe H2D" : "HBM copy"));
+      ceiling, host ? "PCIe H2D" : "HBM copy",
+      flat ? ", flat depths (diagnostic: the first budget channels at depth 1)" : ""));
 }
 
 void run_plan(benchmark::State& state, int batch, bool measured) {
