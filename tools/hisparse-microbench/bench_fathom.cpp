@@ -133,20 +133,6 @@ struct ScanCase {
 }
 
 #if HISPARSE_WITH_CUDA
-template <class T>
-Buffer<T> device_copy(const std::vector<T>& host, const char* label) {
-  auto b = Buffer<T>::device(host.size(), Backend::cuda, label);
-  copy_bytes(b.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
-  return b;
-}
-
-/// HBM ceiling: device-to-device copy, bytes read + written (measured once per process).
-double hbm_copy_gbps() {
-  static const double gbps =
-      measure_ceilings(Device::cuda(), std::size_t{256} << 20, 5).hbm_copy_gbps;
-  return gbps;
-}
-
 void run_scan(benchmark::State& state, const ScanCase& c) {
   const std::int32_t streams = c.batch * kKvHeads;
   kf::PlaneLayout layout;

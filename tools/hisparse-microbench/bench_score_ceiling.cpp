@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "core/dtypes.hpp"
 #include "core/rng.hpp"
 #include "microbench_util.hpp"
 #include "score_ceiling_probe.hpp"
@@ -60,8 +59,7 @@ void run_ceiling(benchmark::State& state, const CeilingCase& c) {
     copy_bytes(d_scales.device_data() + s * scales_per, scales.data(), scales_per * 2,
                Backend::cuda);
   }
-  auto d_weights = Buffer<std::int8_t>::device(weights.size(), Backend::cuda, "weights");
-  copy_bytes(d_weights.device_data(), weights.data(), weights.size(), Backend::cuda);
+  auto d_weights = device_copy(weights, "weights");
   auto d_counts = Buffer<std::int32_t>::device(streams, Backend::cuda, "counts");
 
   ScoreCeilingArgs a;
@@ -112,8 +110,7 @@ void run_ceiling(benchmark::State& state, const CeilingCase& c) {
   const double bytes = static_cast<double>(streams) * static_cast<double>(c.context) *
                        (c.slots / 8.0 + c.slots * 2.0 / kf::kBlockTokens);
   const double gbps = bytes / per_call / 1e9;
-  static const double ceiling =  // measured once per process, like fathom_scan's
-      measure_ceilings(Device::cuda(), std::size_t{256} << 20, 5).hbm_copy_gbps;
+  const double ceiling = hbm_copy_gbps();
   state.counters["us_per_call"] = per_call * 1e6;
   state.counters["read_MB"] = bytes / 1e6;
   state.counters["GBps"] = gbps;

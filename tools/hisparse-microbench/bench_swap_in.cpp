@@ -77,13 +77,6 @@ struct SwapInCase {
 };
 
 #if HISPARSE_WITH_CUDA
-template <class T>
-Buffer<T> device_copy(const std::vector<T>& host, const char* label) {
-  auto b = Buffer<T>::device(host.size(), Backend::cuda, label);
-  copy_bytes(b.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
-  return b;
-}
-
 void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   const std::size_t pool_bytes = static_cast<std::size_t>(c.pool_gb) << 30;
   const Allocation& pool = cached_pinned_pool(pool_bytes);

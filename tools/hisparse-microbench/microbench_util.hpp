@@ -130,6 +130,20 @@ inline double pcie_h2d_gbps() {
   static const double gbps = measure_ceilings(Device::cuda(), std::size_t{256} << 20, 5).h2d_gbps;
   return gbps;
 }
+/// HBM ceiling: device-to-device copy, bytes read + written (GB/s), measured once per process.
+inline double hbm_copy_gbps() {
+  static const double gbps =
+      measure_ceilings(Device::cuda(), std::size_t{256} << 20, 5).hbm_copy_gbps;
+  return gbps;
+}
+
+/// A device buffer holding a copy of `host`.
+template <class T>
+Buffer<T> device_copy(const std::vector<T>& host, const char* label) {
+  auto b = Buffer<T>::device(host.size(), Backend::cuda, label);
+  copy_bytes(b.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
+  return b;
+}
 
 /// A captured launch sequence, replayed with one cudaGraphLaunch.
 class CapturedGraph {
