@@ -358,7 +358,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       if ((w & (kScaleGroupBlocks - 1)) == 0) gmax[(w / kScaleGroupBlocks) * sp + sl] = gm;
     }
     __syncthreads();
-    // The 8-bit weights and their shift, one warp per (scale group, head): with one warp per
+    // The 8-bit weights, their shift and the smallest integer sum that can still enter the head's
+    // candidates, one warp per (scale group, head): with one warp per
     // group the other warps of the block waited at the barrier, and the prep's weights took
     // 16-26% of the scan (ablation, PERF_LOG 2026-12-03).
 #pragma unroll 1
@@ -369,24 +370,33 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       const float* group_scales = gmax + g * sp;
       const float* q = qs + h * sp;
       float max_abs = 0.0f;
+#pragma unroll 1
       for (int sl = lane; sl < n_slots; sl += 32)
         max_abs = fmaxf(max_abs, fabsf(q[sl] * group_scales[sl]));
       const int shift = weight_shift(
           detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs))));
+#pragma unroll 1
       for (int sl = lane; sl < slots_read; sl += 32) {
         const bool live = sl < n_slots;
         wg[mma::weight_index(h, sl, sp)] =
             static_cast<std::int8_t>(live ? quantize_weight(q[sl] * group_scales[sl], shift) : 0);
       }
-      if (lane == 0) shifts[g * hp + h] = shift;
+      if (lane == 0) {
+        const int e = g * hp + h;
+        shifts[e] = shift;
+        const std::uint64_t t = h < heads ? thr[h] : 0;
+        min_sums[e] =
+            t == 0 ? INT_MIN
+                   : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), shift);
+      }
     }
     __syncthreads();
     // The constant term of each group's blocks and heads (plane_scan_fragments.hpp), one warp per
-    // group: one MMA per 32 slots over the multipliers and the weights just written; then the
-    // smallest integer sum that can still enter each head's candidates.
+    // group: one MMA per 32 slots over the multipliers and the weights just written.
     for (int g = warp; g < m.groups; g += kWarps) {
       if (tile * tb + g * kScaleGroupBlocks >= nb) continue;
       int term[4] = {0, 0, 0, 0};
+#pragma unroll 1
       for (int k0 = 0; k0 < slots_read; k0 += 2 * mma::kSlotsPerWord) {
         std::uint32_t af[4], bf[2];
         mma::offset_fragments(mults + g * kScaleGroupBlocks * sp, magnitudes,
@@ -400,13 +410,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         at[1] = -term[1];
         at[8 * hp] = -term[2];
         at[8 * hp + 1] = -term[3];
-      }
-      if (lane < hp) {
-        const int e = g * hp + lane;
-        const std::uint64_t t = lane < heads ? thr[lane] : 0;
-        min_sums[e] = t == 0 ? INT_MIN
-                             : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)),
-                                                 shifts[e]);
       }
     }
   };
