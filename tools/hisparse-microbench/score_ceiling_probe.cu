@@ -173,6 +173,11 @@ void check(const ScoreCeilingArgs& a) {
       a.layout.kind != kf::PlaneLayoutKind::hbm)
     throw Error("score ceiling probe: planes", "not whole superblocks in the HBM layout",
                 "use tokens that are a multiple of 1024 and the hbm layout");
+  if (a.layout.capacity_blocks * kf::kBlockTokens < a.tokens)
+    throw Error("score ceiling probe: planes",
+                std::to_string(a.tokens) + " tokens in a layout of " +
+                    std::to_string(a.layout.capacity_blocks) + " blocks",
+                "give the layout at least tokens / 64 blocks");
   if (a.warps != 4 && a.warps != 8)
     throw Error("score ceiling probe: warps", std::to_string(a.warps), "use 4 or 8");
 }
