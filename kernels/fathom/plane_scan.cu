@@ -358,40 +358,45 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       if ((w & (kScaleGroupBlocks - 1)) == 0) gmax[(w / kScaleGroupBlocks) * sp + sl] = gm;
     }
     __syncthreads();
-    for (int g = warp; g < m.groups; g += kWarps) {
+    // The 8-bit weights, their shift and the smallest integer sum that can still enter the head's
+    // candidates, one warp per (scale group, head): with one warp per
+    // group the other warps of the block waited at the barrier, and the prep's weights took
+    // 16-26% of the scan (ablation, PERF_LOG 2026-12-03).
+#pragma unroll 1
+    for (int pair = warp; pair < m.groups * hp; pair += kWarps) {
+      const int g = pair / hp, h = pair - g * hp;
       if (tile * tb + g * kScaleGroupBlocks >= nb) continue;
       auto* wg = reinterpret_cast<std::int8_t*>(wts) + static_cast<std::int64_t>(g) * hp * sp;
       const float* group_scales = gmax + g * sp;
-      float max_abs[MAX_HEADS];
-#pragma unroll
-      for (int h = 0; h < MAX_HEADS; ++h) max_abs[h] = 0.0f;
-      for (int sl = lane; sl < n_slots; sl += 32) {
-        const float scale = group_scales[sl];
-#pragma unroll
-        for (int h = 0; h < MAX_HEADS; ++h)
-          if (h < hp) max_abs[h] = fmaxf(max_abs[h], fabsf(qs[h * sp + sl] * scale));
-      }
-      int shift[MAX_HEADS];
-#pragma unroll
-      for (int h = 0; h < MAX_HEADS; ++h) {
-        shift[h] = kNoWeights;
-        if (h < hp)
-          shift[h] = weight_shift(
-              detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs[h]))));
-      }
+      const float* q = qs + h * sp;
+      float max_abs = 0.0f;
+#pragma unroll 1
+      for (int sl = lane; sl < n_slots; sl += 32)
+        max_abs = fmaxf(max_abs, fabsf(q[sl] * group_scales[sl]));
+      const int shift = weight_shift(
+          detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs))));
+#pragma unroll 1
       for (int sl = lane; sl < slots_read; sl += 32) {
         const bool live = sl < n_slots;
-        const float scale = live ? group_scales[sl] : 0.0f;
-#pragma unroll
-        for (int h = 0; h < MAX_HEADS; ++h)
-          if (h < hp)
-            wg[mma::weight_index(h, sl, sp)] = static_cast<std::int8_t>(
-                live ? quantize_weight(qs[h * sp + sl] * scale, shift[h]) : 0);
+        wg[mma::weight_index(h, sl, sp)] =
+            static_cast<std::int8_t>(live ? quantize_weight(q[sl] * group_scales[sl], shift) : 0);
       }
-      // The constant term of the group's blocks and heads (plane_scan_fragments.hpp): one MMA
-      // per 32 slots over the multipliers and the weights just written.
-      __syncwarp();
+      if (lane == 0) {
+        const int e = g * hp + h;
+        shifts[e] = shift;
+        const std::uint64_t t = h < heads ? thr[h] : 0;
+        min_sums[e] =
+            t == 0 ? INT_MIN
+                   : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), shift);
+      }
+    }
+    __syncthreads();
+    // The constant term of each group's blocks and heads (plane_scan_fragments.hpp), one warp per
+    // group: one MMA per 32 slots over the multipliers and the weights just written.
+    for (int g = warp; g < m.groups; g += kWarps) {
+      if (tile * tb + g * kScaleGroupBlocks >= nb) continue;
       int term[4] = {0, 0, 0, 0};
+#pragma unroll 1
       for (int k0 = 0; k0 < slots_read; k0 += 2 * mma::kSlotsPerWord) {
         std::uint32_t af[4], bf[2];
         mma::offset_fragments(mults + g * kScaleGroupBlocks * sp, magnitudes,
@@ -405,18 +410,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         at[1] = -term[1];
         at[8 * hp] = -term[2];
         at[8 * hp + 1] = -term[3];
-      }
-      int my_shift = kNoWeights;
-#pragma unroll
-      for (int h = 0; h < MAX_HEADS; ++h)
-        if (h < hp && lane == h) my_shift = shift[h];
-      if (lane < hp) {
-        const int e = g * hp + lane;
-        shifts[e] = my_shift;
-        const std::uint64_t t = lane < heads ? thr[lane] : 0;
-        min_sums[e] =
-            t == 0 ? INT_MIN
-                   : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), my_shift);
       }
     }
   };

@@ -58,6 +58,9 @@ TEST(MicrobenchScoreCeiling, TwinCountsTheScoresWorkedByHand) {
   // Without multipliers tokens 0 and 2 score 80 on head 0.
   EXPECT_EQ(c.count(CeilingWork::unscaled, 80), 2);
   EXPECT_EQ(c.count(CeilingWork::unscaled, 81), 0);
+  // mask_only computes the same sums scaled per row on the GPU; its counts are unscaled's.
+  EXPECT_EQ(c.count(CeilingWork::mask_only, 80), 2);
+  EXPECT_EQ(c.count(CeilingWork::mask_only, 81), 0);
   // Code bytes times multipliers: 2 bits x 8 x 4 + 1 bit x 8 x 1.
   EXPECT_EQ(c.count(CeilingWork::expand_only, 0), 72);
   // Non-zero plane-0 words (2) and scales (1) of the 16 channels.

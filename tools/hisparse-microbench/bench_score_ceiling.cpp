@@ -2,8 +2,9 @@
 // (score_ceiling_probe.hpp) over batch x 8 streams of N tokens in the HBM layout, S channels read
 // at depth 1 (S plane bits per token, like a budget of S spread over S channels; the benchmark
 // depths of budget 48 give about 40 active channels and 48 units). Work `score` is the HBM scan's
-// arithmetic with nothing else; `unscaled` drops the per-block multipliers, `expand_only` the
-// MMAs (the code bytes are summed instead), `stage_only` everything but the staging; `warps:4`
+// arithmetic with nothing else; `unscaled` drops the per-block multipliers, `mask_only` also the
+// shift of each code byte (one mask per 4 bytes, the cheapest expansion there is), `expand_only`
+// the MMAs (the code bytes are summed instead), `stage_only` everything but the staging; `warps:4`
 // runs 4-warp blocks whose warps score 4 blocks each instead of 2. Counters as
 // fathom_scan's: us per call, bytes read (plane-0 words and scales of the S channels), GB/s and
 // the fraction of the HBM copy ceiling. The first call's counts are checked against the CPU twin
@@ -130,6 +131,7 @@ void bench_ceiling(benchmark::State& state, [[maybe_unused]] CeilingCase c) {
 bool register_ceiling() {
   const std::pair<CeilingWork, const char*> works[] = {{CeilingWork::score, "score"},
                                                        {CeilingWork::unscaled, "unscaled"},
+                                                       {CeilingWork::mask_only, "mask_only"},
                                                        {CeilingWork::expand_only, "expand_only"},
                                                        {CeilingWork::stage_only, "stage_only"}};
   const std::pair<std::int64_t, int> shapes[] = {{131072, 8}, {1048576, 32}};

@@ -113,6 +113,12 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
             for (int k = 0; k < kPerWarp; ++k) {
               const int w = warp + k * WARPS;
               const std::uint64_t word = tw[slot * kSb + w];
+              if constexpr (WORK == CeilingWork::mask_only) {
+                const std::uint32_t keep = 0x01010101u << x;
+                af[k][2 * half] = static_cast<std::uint32_t>(word) & keep;
+                af[k][2 * half + 1] = static_cast<std::uint32_t>(word >> 32) & keep;
+                continue;
+              }
               const auto mult =
                   WORK == CeilingWork::unscaled
                       ? 1u
@@ -147,7 +153,14 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
 #pragma unroll
           for (int p = 0; p < 2; ++p)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) passed += acc[k][p][i] >= a.threshold ? 1 : 0;
+            for (int i = 0; i < 4; ++i) {
+              // mask_only: every sum of this lane's rows (x = lane / 4) is 2^x / 8 times the
+              // unscaled one, exactly (|sum| < 2^23, so the products fit).
+              const bool pass = WORK == CeilingWork::mask_only
+                                    ? acc[k][p][i] * 8 >= a.threshold * (1 << x)
+                                    : acc[k][p][i] >= a.threshold;
+              passed += pass ? 1 : 0;
+            }
       }
     }
     __syncthreads();  // every warp has read this stage before it is refilled
@@ -217,6 +230,8 @@ void launch_score_ceiling(const ScoreCeilingArgs& a, int chunks, cudaStream_t st
       return launch_warps<CeilingWork::score>(a, chunks, stream);
     case CeilingWork::unscaled:
       return launch_warps<CeilingWork::unscaled>(a, chunks, stream);
+    case CeilingWork::mask_only:
+      return launch_warps<CeilingWork::mask_only>(a, chunks, stream);
     case CeilingWork::expand_only:
       return launch_warps<CeilingWork::expand_only>(a, chunks, stream);
     case CeilingWork::stage_only:

@@ -24,13 +24,16 @@ inline constexpr int kCeilingHeads = 4;  ///< query heads per stream (one GQA gr
 enum class CeilingWork : std::uint8_t {
   score,        ///< code bytes, multipliers, MMAs and the threshold test
   unscaled,     ///< the same with every multiplier 1 (no scale reads, no byte multiplies)
+  mask_only,    ///< unscaled, each code byte one mask of its word: bit x + 8i lands on bit x of
+                ///< byte i (x = lane / 4), so row x's sums come out times 2^x / 8, which the
+                ///< threshold test takes into account (the counts are unscaled's)
   expand_only,  ///< code bytes and multipliers only, summed (IDP4A) instead of the MMAs
   stage_only,   ///< the staging alone: every staged word and scale folded into a checksum
 };
 
 /// Streams of `tokens` tokens (a multiple of 1024) in the HBM layout; channels 0..slots-1 read
 /// at depth 1 (plane 0). Block b's multiplier of slot s is ceiling_multiplier(scale of (b, s)).
-/// weights: [kCeilingHeads][slots] int8. counts[stream]: (score, unscaled) the (token, head) pairs
+/// weights: [kCeilingHeads][slots] int8. counts[stream]: (score, unscaled, mask_only) the (token, head) pairs
 /// whose integer sum reaches `threshold`; (expand_only) the sum of every code byte times its
 /// multiplier, modulo 2^32; (stage_only) the staged words and scales that are not zero.
 struct ScoreCeilingArgs {
