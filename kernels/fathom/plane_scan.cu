@@ -305,9 +305,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       const int b = b0 + 2 * c;
       if (b < nb) {
         const int code = unit_code[u];
-        cp_async16(dst_w + u * tb + 2 * c,
+        cp_async16(dst_w + u * tb + mma::tile_column(2 * c, mma::unit_swizzle(code)),
                    words + (staged ? u * staging.blocks_cap + b
-                                   : a.layout.word_index(b, code >> 2, code & 3)));
+                                   : a.layout.word_index(b, mma::unit_channel(code),
+                                                         mma::unit_plane(code))));
       }
     }
     std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);

@@ -52,9 +52,31 @@ HISPARSE_HD int slot_info_word(std::uint8_t depth, int unit) {
   return (depth == kSignRead ? 1 << 20 : 0) | (read_planes(depth) << 16) | unit;
 }
 
+/// Plane unit code: bank swizzle (slot % 4) << 10 | channel << 2 | plane.
+HISPARSE_HD int unit_code_word(int channel, int plane, int slot) {
+  return ((slot & 3) << 10) | (channel << 2) | plane;
+}
+HISPARSE_HD int unit_channel(int code) {
+  return (code >> 2) & 0xff;
+}
+HISPARSE_HD int unit_plane(int code) {
+  return code & 3;
+}
+HISPARSE_HD int unit_swizzle(int code) {
+  return code >> 10;
+}
+/// Column of block w in a tile row of a unit with bank swizzle `swizzle` (its slot % 4). The four
+/// lanes t of a warp read the rows of slots 4i + t at the same block, and rows lie a multiple of
+/// 128 bytes apart: unswizzled, all four 8-byte loads hit one bank pair (ncu, H200: shared loads
+/// 6.6-way conflicted, L1 89-92% busy). XOR by 2 t words keeps cp.async's 16-byte pieces whole
+/// and puts the four in distinct bank pairs.
+HISPARSE_HD int tile_column(int w, int swizzle) {
+  return w ^ (2 * swizzle);
+}
+
 /// Orders the active channels of `depths` into slots (classes in slot order, ascending channel
 /// within a class; bytes of no class, such as 0, are no slot). Writes slot_channel[slot],
-/// slot_info[slot] and unit_code[unit] = channel << 2 | plane; returns the number of slots,
+/// slot_info[slot] and unit_code[unit] (unit_code_word); returns the number of slots,
 /// *units the number of plane units and *scaled the number of slots that read scales.
 HISPARSE_HD int order_slots(const std::uint8_t* depths, int channels, int* slot_channel,
                             int* slot_info, int* unit_code, int* units, int* scaled) {
@@ -67,7 +89,7 @@ HISPARSE_HD int order_slots(const std::uint8_t* depths, int channels, int* slot_
       if (depths[j] != byte) continue;
       slot_channel[slots] = j;
       slot_info[slots] = slot_info_word(byte, u);
-      for (int p = 0; p < d; ++p) unit_code[u + p] = (j << 2) | p;
+      for (int p = 0; p < d; ++p) unit_code[u + p] = unit_code_word(j, p, slots);
       u += d;
       ++slots;
     }
@@ -116,7 +138,7 @@ __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int 
         const int slot = slot_base[c] + rank, unit = unit_base[c] + rank * d;
         slot_channel[slot] = j;
         slot_info[slot] = slot_info_word(byte, unit);
-        for (int p = 0; p < d; ++p) unit_code[unit + p] = (j << 2) | p;
+        for (int p = 0; p < d; ++p) unit_code[unit + p] = unit_code_word(j, p, slot);
       }
       slot_base[c] += __popc(mask);
       unit_base[c] += __popc(mask) * d;
@@ -182,7 +204,7 @@ HISPARSE_HD std::uint32_t weight_selector(int i, int q) {
 }
 
 /// A registers of `lane` for k-step `ks` of K blocks w0 + k * w_step of a tile
-/// (tile_words[unit * tile_blocks + w]), each code byte times the block's scale multiplier of its
+/// (tile_words[unit * tile_blocks + tile_column(w, swizzle of the unit)]), each code byte times the block's scale multiplier of its
 /// slot (block_mult[k * mult_step + slot], 0..16; the product is at most 240, so a 32-bit
 /// multiply scales the four bytes without carries). The K blocks share the slots, so one plane
 /// count and one set of slot loads serve them all.
@@ -200,16 +222,16 @@ HISPARSE_HD void a_fragments(const std::uint64_t* tile_words, int tile_blocks, i
     const int planes = slot_depth(slot_info[first]);
     const int info = slot_info[first + t];
     const int depth = slot_depth(info);
-    const int unit = slot_unit(info) * tile_blocks + w0;
+    const int row = slot_unit(info) * tile_blocks;
     std::uint32_t lo[K], hi[K];
     HISPARSE_FRAGMENT_UNROLL
     for (int k = 0; k < K; ++k) lo[k] = hi[k] = 0;
     const auto add_plane = [&](int p) {
       const bool read = p < depth;
-      const int at = unit + (read ? p * tile_blocks : 0);
+      const int at = row + (read ? p * tile_blocks : 0);  // slot first + t: swizzle t
       HISPARSE_FRAGMENT_UNROLL
       for (int k = 0; k < K; ++k) {
-        const std::uint64_t word = tile_words[at + k * w_step];
+        const std::uint64_t word = tile_words[at + tile_column(w0 + k * w_step, t)];
         lo[k] = add_code_plane(lo[k], static_cast<std::uint32_t>(word), x, p, read);
         hi[k] = add_code_plane(hi[k], static_cast<std::uint32_t>(word >> 32), x, p, read);
       }

@@ -127,7 +127,8 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
           units, word_pieces, part, st.parts,
           [words, layout = a.layout, codes = t.unit_code, b0](int u, int k) {
             const int code = codes[u];
-            return words + layout.word_index(b0 + 2 * k, code >> 2, code & 3);
+            return words +
+                   layout.word_index(b0 + 2 * k, mma::unit_channel(code), mma::unit_plane(code));
           },
           reinterpret_cast<uint4*>(
               st.words + (static_cast<std::int64_t>(s) * st.units_cap) * st.blocks_cap + b0),

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <vector>
 
 #include "core/dtypes.hpp"
@@ -233,9 +234,13 @@ TEST(FathomScanFragments, SlotsAreOrderedDeepestFirst) {
             (std::vector<int>{2, 4, 6, 3, 0, 7}));
   EXPECT_EQ(km::slot_depth(info[2]), 3);
   EXPECT_EQ(km::slot_unit(info[2]), 8);
-  EXPECT_EQ(unit[8], (6 << 2) | 0);
-  EXPECT_EQ(unit[10], (6 << 2) | 2);
-  EXPECT_EQ(unit[14], (7 << 2) | 0);
+  // Unit codes: (slot % 4) << 10 | channel << 2 | plane (channel 6 is slot 2, channel 7 slot 5).
+  EXPECT_EQ(unit[8], (2 << 10) | (6 << 2) | 0);
+  EXPECT_EQ(unit[10], (2 << 10) | (6 << 2) | 2);
+  EXPECT_EQ(unit[14], (1 << 10) | (7 << 2) | 0);
+  EXPECT_EQ(km::unit_channel(unit[10]), 6);
+  EXPECT_EQ(km::unit_plane(unit[10]), 2);
+  EXPECT_EQ(km::unit_swizzle(unit[14]), 1);
 }
 
 // Sign reads come after every slot that reads scales (depth 1 included), so depths never rise
@@ -254,12 +259,42 @@ TEST(FathomScanFragments, SignReadsAreTheLastSlots) {
             (std::vector<int>{3, 1, 6, 0, 4}));
   for (int sl = 0; sl < 5; ++sl) EXPECT_EQ(km::slot_depth(info[sl]), sl == 0 ? 3 : 1) << sl;
   EXPECT_EQ(km::slot_unit(info[3]), 5);
-  EXPECT_EQ(unit[5], (0 << 2) | 0);
-  EXPECT_EQ(unit[6], (4 << 2) | 0);
+  EXPECT_EQ(unit[5], (3 << 10) | (0 << 2) | 0);  // channel 0 is slot 3
+  EXPECT_EQ(unit[6], (0 << 10) | (4 << 2) | 0);  // channel 4 is slot 4
   EXPECT_EQ(kf::read_planes(s), 1);
   EXPECT_FALSE(kf::reads_scale(s));
   EXPECT_TRUE(kf::reads_scale(1));
   EXPECT_EQ(kf::read_planes(9), 0);
+}
+
+// The tile's bank swizzle: the four lanes t that read slots 4i + t at one block hit four distinct
+// bank pairs (8-byte words, rows a multiple of 128 bytes apart), the 16-byte pieces cp.async
+// writes stay whole, and every row is a permutation of its blocks.
+TEST(FathomScanFragments, TileSwizzleSpreadsTheFourSlotsOverDistinctBankPairs) {
+  for (const int tile : {16, 32, 64}) {
+    for (int w = 0; w < tile; ++w) {
+      std::set<int> pairs;
+      for (int t = 0; t < 4; ++t) {
+        const int column = km::tile_column(w, t);
+        ASSERT_GE(column, 0);
+        ASSERT_LT(column, tile);
+        pairs.insert((t * tile + column) % 16);  // row t, bank pair = word index mod 16
+      }
+      EXPECT_EQ(pairs.size(), 4u) << tile << " " << w;
+    }
+    for (int t = 0; t < 4; ++t) {
+      std::set<int> columns;
+      for (int c = 0; c < tile / 2; ++c) {
+        EXPECT_EQ(km::tile_column(2 * c, t) + 1, km::tile_column(2 * c + 1, t));
+        columns.insert(km::tile_column(2 * c, t));
+        columns.insert(km::tile_column(2 * c + 1, t));
+      }
+      EXPECT_EQ(columns.size(), static_cast<std::size_t>(tile));
+    }
+  }
+  EXPECT_EQ(km::tile_column(5, 0), 5);  // worked by hand: 5 ^ 2 t
+  EXPECT_EQ(km::tile_column(5, 1), 7);
+  EXPECT_EQ(km::tile_column(5, 3), 3);
 }
 
 // The kernel builds the A registers of a warp's two blocks together (one plane count and one set
@@ -376,8 +411,10 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
     std::vector<std::uint64_t> tile(static_cast<std::size_t>(plan.units_cap) * tb, 0);
     for (int u = 0; u < units; ++u)
       for (int w = 0; w < tb && b0 + w < nb; ++w)
-        tile[static_cast<std::size_t>(u) * tb + w] =
-            words[L.word_index(b0 + w, unit_code[u] >> 2, unit_code[u] & 3)];
+        tile[static_cast<std::size_t>(u) * tb +
+             km::tile_column(w, km::unit_swizzle(unit_code[u]))] =
+            words[L.word_index(b0 + w, km::unit_channel(unit_code[u]),
+                               km::unit_plane(unit_code[u]))];
     for (int w = 0; w < tb && b0 + w < nb; ++w) {
       const std::int64_t block = b0 + w;
       // The block's scale group: largest scale per slot, then the weights, the block's

@@ -23,7 +23,7 @@ template <int WARPS>
 constexpr int kThreadsOf = 32 * WARPS;
 
 // Shared memory: the int8 weights (mma::weight_index layout), then two stages of one superblock's
-// words ([slot][16]) and scales ([slot][16]).
+// words ([slot][mma::tile_column(block, slot % 4)]: bank-swizzled) and scales ([slot][16]).
 struct CeilingSmem {
   int weights = 0, words = 0, scales = 0, stage = 0, total = 0;
 };
@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     for (int i = tid; i < slots * 10; i += kThreads) {
       if (i < slots * 8) {
         const int sl = i >> 3, c = i & 7;
-        cp_async16(dw + sl * kSb + 2 * c, words + a.layout.word_index(b0 + 2 * c, sl, 0));
+        cp_async16(dw + sl * kSb + mma::tile_column(2 * c, sl & 3),
+                   words + a.layout.word_index(b0 + 2 * c, sl, 0));
       } else {
         const int j = i - slots * 8, sl = j >> 1, c = j & 1;
         cp_async16(ds + sl * kSb + 8 * c, scales + a.layout.scale_index(b0 + 8 * c, sl));
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
     const auto* tw = reinterpret_cast<const std::uint64_t*>(smem + m.words + st * m.stage);
     const auto* ts = reinterpret_cast<const std::uint16_t*>(smem + m.scales + st * m.stage);
     if constexpr (WORK == CeilingWork::stage_only) {
-      for (int i = tid; i < slots * kSb; i += kThreads) {
+      for (int i = tid; i < slots * kSb; i += kThreads) {  // any order: every word once
         passed += (tw[i] != 0) + (ts[i] != 0);
         checksum ^= tw[i];
       }
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
 #pragma unroll
             for (int k = 0; k < kPerWarp; ++k) {
               const int w = warp + k * WARPS;
-              const std::uint64_t word = tw[slot * kSb + w];
+              const std::uint64_t word = tw[slot * kSb + mma::tile_column(w, t)];
               if constexpr (WORK == CeilingWork::mask_only) {
                 const std::uint32_t keep = 0x01010101u << x;
                 af[k][2 * half] = static_cast<std::uint32_t>(word) & keep;
