@@ -110,7 +110,7 @@ HISPARSE_HD float partial_value(std::uint32_t code4, int t, float scale) {
 // ---- Quantized-weight scores (what the tensor-core scan computes; REFERENCE.md partial read) ----
 // Scale groups of 16 blocks (1024 tokens, one HBM superblock, aligned at multiples of 16 blocks):
 // per group and active channel j, S_j = max of the block scales a_bj of the group's blocks that
-// hold tokens, and each block's scale becomes a multiplier m_bj = rint(16 a_bj / S_j) in 0..16
+// hold tokens, and each block's scale becomes a multiplier m_bj = rint(a_bj x fl(16 / S_j)) in 0..16
 // (a_bj ~ m_bj S_j / 16). Per group and query head: u_j = q_j * S_j over the active channels, one
 // power-of-two scale 2^s that maps max |u_j| into [64, 128), W_j = clamp(rint(u_j * 2^s), +-127).
 // The partial read of channel j is a_bj * (2 c_j + o_j) / 16 with c_j the code with its unread
@@ -122,18 +122,33 @@ HISPARSE_HD float partial_value(std::uint32_t code4, int t, float scale) {
 inline constexpr int kScaleGroupBlocks = 16;  ///< blocks that share one set of weights
 inline constexpr int kScaleSteps = 16;        ///< multiplier of the group's largest scale
 
-/// m = rint(16 a / S) in 0..16 for a block scale `a` of a group whose largest scale is
-/// `group_max`; 0 when either is 0, negative or not finite.
-HISPARSE_HD int scale_multiplier(float a, float group_max) {
-  if (!(group_max > 0.0f) || !(group_max <= 3.0e38f) || !(a > 0.0f)) return 0;
+/// The group's multiplier step 16 / S, correctly rounded on both backends; 0 when S is 0,
+/// negative or not finite (every multiplier of the group is then 0).
+HISPARSE_HD float scale_step(float group_max) {
+  if (!(group_max > 0.0f) || !(group_max <= 3.0e38f)) return 0.0f;
 #if defined(__CUDA_ARCH__)
-  const float ratio = __fdiv_rn(a, group_max);
+  return __fdiv_rn(static_cast<float>(kScaleSteps), group_max);
 #else
-  const float ratio = a / group_max;
+  return static_cast<float>(kScaleSteps) / group_max;
 #endif
-  const float r = rintf(ratio * static_cast<float>(kScaleSteps));  // exact: a power of two
-  if (!(r >= 0.0f)) return 0;
+}
+/// m = rint(a x step) in 0..16 for a block scale `a` and its group's scale_step; 0 when `a` is
+/// 0, negative or not a number. One multiply per block: the division is per group (the scan
+/// computes it once for four blocks), and one rounding of a / S x 16 or of a x (16 / S) is as
+/// good as the other.
+HISPARSE_HD int scale_multiplier_by(float a, float step) {
+  if (!(a > 0.0f)) return 0;
+#if defined(__CUDA_ARCH__)
+  const float r = rintf(__fmul_rn(a, step));
+#else
+  const float r = rintf(a * step);
+#endif
+  if (!(r >= 0.0f)) return 0;  // a x 0 of an infinite scale
   return r > static_cast<float>(kScaleSteps) ? kScaleSteps : static_cast<int>(r);
+}
+/// scale_multiplier_by(a, scale_step(group_max)).
+HISPARSE_HD int scale_multiplier(float a, float group_max) {
+  return scale_multiplier_by(a, scale_step(group_max));
 }
 /// Largest of two block scales, skipping NaN (fmaxf on both backends).
 HISPARSE_HD float group_scale_max(float acc, float a) {

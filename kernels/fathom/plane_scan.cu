@@ -325,11 +325,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   };
 
   // Scale multipliers of every (block, slot) and weights of every (scale group, head) of a staged
-  // tile. First every thread takes (slot, block) pairs, 16 consecutive lanes per group and slot:
-  // the group's largest scale by shuffles, then the block's multiplier. Then one warp per group,
-  // one lane per slot and every head in registers: the 8-bit weights, their shift and the
-  // smallest integer sum that can still enter each head's candidates. Slots past 16 x steps are
-  // never read.
+  // tile. First every thread takes four blocks of one slot, 4 consecutive lanes per group and
+  // slot: the group's largest scale by shuffles, then the blocks' multipliers. Then one warp per
+  // (group, head), one lane per slot: the 8-bit weights, their shift and the smallest integer sum
+  // that can still enter the head's candidates; then the constant terms, one warp per group.
+  // Slots past 16 x steps are never read.
   const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
   const int slots_read = steps2 * mma::kSlotsPerWord;
   // After the prep has turned a tile's scales into multipliers, scale group g's part of the
@@ -342,21 +342,34 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto prep = [&](int tile, int st) {
     const std::uint16_t* sc = scales_s + st * (m.scales_stage / 2);
     const int blocks_here = nb - tile * tb;  // blocks of the tile that hold tokens (may be > tb)
-    // Live slots only (a padding slot's codes are 0, so its multiplier is never used), rounded up
-    // to whole warps: every lane of a warp takes part in each pass's shuffles.
-    const int items = (n_slots * tb + 31) & ~31;
+    // Four blocks per lane, so a scale group is 4 lanes: one 8-byte load of their scales, two
+    // shuffles for the group's largest, one division (scale_step) for four multipliers. Live
+    // slots only (a padding slot's codes and |o| are 0, so its multiplier is never used), rounded
+    // up to whole warps: every lane of a warp takes part in the shuffles.
+    const int quads_log2 = tb_log2 - 2;
+    const int items = ((n_slots << quads_log2) + 31) & ~31;
     for (int i = tid; i < items; i += THREADS) {
-      const int sl = i >> tb_log2, w = i & (tb - 1);
-      // A sign read's scale is 1 in every block that holds tokens.
-      const float sv = sl < n_slots && w < blocks_here
-                           ? (sl < n_scaled ? scale_value(sc[sl * tb + w]) : 1.0f)
-                           : 0.0f;
-      float gm = group_scale_max(0.0f, sv);
+      const int sl = i >> quads_log2, w0 = (i & ((1 << quads_log2) - 1)) * 4;
+      // Sign reads (slots from n_scaled) have no scale row: 1 in every block that holds tokens.
+      const uint2 raw = sl < n_scaled ? *reinterpret_cast<const uint2*>(sc + sl * tb + w0)
+                                      : make_uint2(0x3c003c00u, 0x3c003c00u);  // fp16 1.0
+      float sv[4], gm = 0.0f;
 #pragma unroll
-      for (int lanes = kScaleGroupBlocks / 2; lanes >= 1; lanes >>= 1)
-        gm = group_scale_max(gm, __shfl_xor_sync(0xffffffffu, gm, lanes));
-      mults[w * sp + sl] = static_cast<std::uint8_t>(scale_multiplier(sv, gm));
-      if ((w & (kScaleGroupBlocks - 1)) == 0) gmax[(w / kScaleGroupBlocks) * sp + sl] = gm;
+      for (int j = 0; j < 4; ++j) {
+        const std::uint32_t half = ((j < 2 ? raw.x : raw.y) >> (16 * (j & 1))) & 0xffffu;
+        sv[j] = sl < n_slots && w0 + j < blocks_here ? scale_value(static_cast<std::uint16_t>(half))
+                                                     : 0.0f;
+        gm = group_scale_max(gm, sv[j]);
+      }
+      gm = group_scale_max(gm, __shfl_xor_sync(0xffffffffu, gm, 1));
+      gm = group_scale_max(gm, __shfl_xor_sync(0xffffffffu, gm, 2));
+      if (sl < n_slots) {
+        const float step = scale_step(gm);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mults[(w0 + j) * sp + sl] = static_cast<std::uint8_t>(scale_multiplier_by(sv[j], step));
+        if ((w0 & (kScaleGroupBlocks - 1)) == 0) gmax[(w0 / kScaleGroupBlocks) * sp + sl] = gm;
+      }
     }
     __syncthreads();
     // The 8-bit weights, their shift and the smallest integer sum that can still enter the head's

@@ -195,6 +195,15 @@ TEST(FathomScanMath, ScaleMultipliersRoundToSixteenthsOfTheGroupMaximum) {
   EXPECT_EQ(kf::scale_multiplier(1.0f, 0.0f), 0);
   EXPECT_EQ(kf::scale_multiplier(NAN, 1.0f), 0);
   EXPECT_EQ(kf::scale_multiplier(1.0f, INFINITY), 0);
+  // One division per group: m = rint(a x fl(16 / S)), worked by hand. fl(16 / 7) = 2.2857144,
+  // and 3 x that rounds to 6.857143 -> 7; fl(16 / 3) = 5.3333335, and 0.28125 x that rounds to
+  // 1.5 exactly -> 2 (half to even).
+  EXPECT_EQ(kf::scale_step(7.0f), 16.0f / 7.0f);
+  EXPECT_EQ(kf::scale_multiplier_by(3.0f, kf::scale_step(7.0f)), 7);
+  EXPECT_EQ(kf::scale_multiplier_by(0.28125f, kf::scale_step(3.0f)), 2);
+  EXPECT_EQ(kf::scale_multiplier_by(5.0f, kf::scale_step(5.0f)), 16);  // the group's largest
+  EXPECT_EQ(kf::scale_step(0.0f), 0.0f);
+  EXPECT_EQ(kf::scale_multiplier_by(INFINITY, kf::scale_step(INFINITY)), 0);
   EXPECT_EQ(kf::group_scale_max(0.0f, NAN), 0.0f);  // a NaN scale never becomes the maximum
 }
 
