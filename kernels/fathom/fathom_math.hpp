@@ -57,19 +57,27 @@ struct PlaneLayout {
   std::int32_t channels = 0;
   std::int64_t capacity_blocks = 0;  ///< a multiple of 16
 
-  [[nodiscard]] HISPARSE_HD std::int64_t word_index(std::int64_t block, int channel,
-                                                    int plane) const {
-    if (kind == PlaneLayoutKind::host)
-      return (static_cast<std::int64_t>(channel) * kPlanes + plane) * capacity_blocks + block;
-    const std::int64_t sb = block / kSuperblockBlocks;
-    return ((sb * channels + channel) * kPlanes + plane) * kSuperblockBlocks +
+  // Both layouts split an index into a per-run part and a per-block part, so a loop over the
+  // pieces of many runs (the scan's stage) computes the block's part once per block:
+  //   word_index(b, c, p) = (c kPlanes + p) x unit_stride() + block_offset(b, kPlanes)
+  //   scale_index(b, c)   = c x unit_stride() + block_offset(b, 1)
+  [[nodiscard]] HISPARSE_HD std::int64_t unit_stride() const {
+    return kind == PlaneLayoutKind::host ? capacity_blocks : kSuperblockBlocks;
+  }
+  /// `runs_per_channel`: kPlanes for words, 1 for scales.
+  [[nodiscard]] HISPARSE_HD std::int64_t block_offset(std::int64_t block,
+                                                      int runs_per_channel) const {
+    if (kind == PlaneLayoutKind::host) return block;
+    return (block / kSuperblockBlocks) * channels * runs_per_channel * kSuperblockBlocks +
            block % kSuperblockBlocks;
   }
+  [[nodiscard]] HISPARSE_HD std::int64_t word_index(std::int64_t block, int channel,
+                                                    int plane) const {
+    return (static_cast<std::int64_t>(channel) * kPlanes + plane) * unit_stride() +
+           block_offset(block, kPlanes);
+  }
   [[nodiscard]] HISPARSE_HD std::int64_t scale_index(std::int64_t block, int channel) const {
-    if (kind == PlaneLayoutKind::host)
-      return static_cast<std::int64_t>(channel) * capacity_blocks + block;
-    const std::int64_t sb = block / kSuperblockBlocks;
-    return (sb * channels + channel) * kSuperblockBlocks + block % kSuperblockBlocks;
+    return static_cast<std::int64_t>(channel) * unit_stride() + block_offset(block, 1);
   }
   [[nodiscard]] HISPARSE_HD std::int64_t words_per_stream() const {
     return capacity_blocks * channels * kPlanes;

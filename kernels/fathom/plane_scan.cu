@@ -298,6 +298,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         wait_landed(staging.landed + at * staging.rounds + tile / ws.chunks, staging.parts);
       __syncthreads();
     }
+    // A piece's source is (its run) x stride + (its block's offset): the staging area holds the
+    // runs in unit order, the stores in (channel, plane) order (PlaneLayout::word_index).
+    const std::int64_t stride = staged ? staging.blocks_cap : a.layout.unit_stride();
     std::uint64_t* dst_w = words_s + st * (m.words_stage / 8);
     const int pieces_w_log2 = tb_log2 - 1, pieces_w = tb / 2;
     for (int i = tid; i < n_units * pieces_w; i += THREADS) {
@@ -305,10 +308,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       const int b = b0 + 2 * c;
       if (b < nb) {
         const int code = unit_code[u];
-        cp_async16(dst_w + u * tb + mma::tile_column(2 * c, mma::unit_swizzle(code)),
-                   words + (staged ? u * staging.blocks_cap + b
-                                   : a.layout.word_index(b, mma::unit_channel(code),
-                                                         mma::unit_plane(code))));
+        const std::int64_t from =
+            staged ? u * stride + b
+                   : mma::unit_run(code) * stride + a.layout.block_offset(b, kPlanes);
+        cp_async16(dst_w + u * tb + mma::tile_column(2 * c, mma::unit_swizzle(code)), words + from);
       }
     }
     std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);
@@ -316,10 +319,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     for (int i = tid; i < n_scaled * pieces_s; i += THREADS) {
       const int sl = i >> pieces_s_log2, c = i & (pieces_s - 1);
       const int b = b0 + 8 * c;
-      if (b < nb)
-        cp_async16(dst_s + sl * tb + 8 * c,
-                   scales + (staged ? sl * staging.blocks_cap + b
-                                    : a.layout.scale_index(b, slot_channel[sl])));
+      if (b < nb) {
+        const std::int64_t from =
+            staged ? sl * stride + b : slot_channel[sl] * stride + a.layout.block_offset(b, 1);
+        cp_async16(dst_s + sl * tb + 8 * c, scales + from);
+      }
     }
     cp_async_commit();
   };
@@ -518,29 +522,43 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           pass |= static_cast<unsigned>(acc[k][p][i] >= floor[p]) << (4 * p + i);
+      // Sinks and the recent window are never candidates. Only a block that holds some of them
+      // (the same for the whole warp) clears their bits, so the walk tests no positions.
+      if (base < first_eligible || base + kBlockTokens > end_eligible) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int token = base + mma::lane_token(lane, i);
+          if (token < first_eligible || token >= end_eligible)
+#pragma unroll
+            for (int p = 0; p < kPairs; ++p) pass &= ~(1u << (4 * p + i));
+        }
+      }
       while (pass != 0u) {
         const int bit = __ffs(static_cast<int>(pass)) - 1;
         pass &= pass - 1u;
         const int p = bit >> 2, i = bit & 3;
-        // Registers cannot be indexed: pick the entry with selects.
-        int dot = 0, off = 0, sh = 0;
+        // Registers cannot be indexed: pick the entry with a tree of selects, by pair first (the
+        // pair's offset and shift with it), then by accumulator.
+        int by_pair[4], off = offset[0], sh = shift[0];
 #pragma unroll
-        for (int pp = 0; pp < kPairs; ++pp) {
+        for (int ii = 0; ii < 4; ++ii) by_pair[ii] = acc[k][0][ii];
+#pragma unroll
+        for (int pp = 1; pp < kPairs; ++pp) {
           if (pp == p) {
             off = offset[pp];
             sh = shift[pp];
-          }
 #pragma unroll
-          for (int ii = 0; ii < 4; ++ii)
-            if (4 * pp + ii == bit) dot = acc[k][pp][ii];
+            for (int ii = 0; ii < 4; ++ii) by_pair[ii] = acc[k][pp][ii];
+          }
         }
-        const int h = mma::lane_head(lane, p);
+        const int low = (i & 1) ? by_pair[1] : by_pair[0];
+        const int high = (i & 1) ? by_pair[3] : by_pair[2];
+        const int dot = (i & 2) ? high : low;
         const int token = base + mma::lane_token(lane, i);
-        if (token >= first_eligible && token < end_eligible) {
-          const std::uint64_t key =
-              selection_key(quantized_score(2 * dot + off, sh), static_cast<std::uint32_t>(token));
-          if (key > thr[h]) buf[h * m.cap + atomicAdd(&counts[h], 1)] = key;
-        }
+        const std::uint64_t key =
+            selection_key(quantized_score(2 * dot + off, sh), static_cast<std::uint32_t>(token));
+        const int h = mma::lane_head(lane, p);
+        if (key > thr[h]) buf[h * m.cap + atomicAdd(&counts[h], 1)] = key;
       }
     }
   };

@@ -62,6 +62,10 @@ HISPARSE_HD int unit_channel(int code) {
 HISPARSE_HD int unit_plane(int code) {
   return code & 3;
 }
+/// channel x kPlanes + plane: the run's ordinal in PlaneLayout::word_index.
+HISPARSE_HD int unit_run(int code) {
+  return code & 0x3ff;
+}
 HISPARSE_HD int unit_swizzle(int code) {
   return code >> 10;
 }
