@@ -436,6 +436,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   // their candidates. The blocks share a scale group, so one set of B fragments serves them, and
   // their MMA chains are independent: the scan is latency-bound, and two chains per warp give
   // the scheduler twice the independent work.
+  bool near_full = false;  // this thread appended at or past a head's compaction bound this round
   auto score_round = [&](int tile, int st, int w0) {
     const std::uint64_t* tw = words_s + st * (m.words_stage / 8);
     const int g = w0 / kScaleGroupBlocks;
@@ -558,7 +559,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         const std::uint64_t key =
             selection_key(quantized_score(2 * dot + off, sh), static_cast<std::uint32_t>(token));
         const int h = mma::lane_head(lane, p);
-        if (key > thr[h]) buf[h * m.cap + atomicAdd(&counts[h], 1)] = key;
+        if (key > thr[h]) {
+          const int at = atomicAdd(&counts[h], 1);
+          buf[h * m.cap + at] = key;
+          // The count after the round exceeds the compaction bound iff some append got an index
+          // at or past it (a round without appends leaves the count where the last check did).
+          near_full |= at >= m.cap - kRoundTokens;
+        }
       }
     }
   };
@@ -578,17 +585,22 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     __syncthreads();
     for (int r = 0; r < tb / (kWarps * kPerWarp); ++r) {
       const int w0 = r * kWarps * kPerWarp + warp;
+      near_full = false;
       if (tile * tb + w0 < nb) score_round(tile, st, w0);
-      __syncthreads();
-      for (int h = 0; h < heads; ++h) {
-        if (counts[h] > m.cap - kRoundTokens) {
-          const std::uint64_t kth =
-              compact_top<THREADS>(buf + h * m.cap, &counts[h], a.keep, hist, scratch);
-          if (tid == 0) thr[h] = kth;
-          __syncthreads();
+      // Most rounds compact nothing: the barrier that ends the round also says whether any head
+      // needs it, so those rounds read no counts and take no second barrier before the next
+      // round appends.
+      if (__syncthreads_or(near_full)) {
+        for (int h = 0; h < heads; ++h) {
+          if (counts[h] > m.cap - kRoundTokens) {
+            const std::uint64_t kth =
+                compact_top<THREADS>(buf + h * m.cap, &counts[h], a.keep, hist, scratch);
+            if (tid == 0) thr[h] = kth;
+            __syncthreads();
+          }
         }
+        __syncthreads();  // every thread has read counts[] and thr[] before the next round appends
       }
-      __syncthreads();  // every thread has read counts[] and thr[] before the next round appends
     }
   }
   for (int h = 0; h < heads; ++h) {
