@@ -118,8 +118,8 @@ HISPARSE_HD float partial_value(std::uint32_t code4, int t, float scale) {
 // ---- Quantized-weight scores (what the tensor-core scan computes; REFERENCE.md partial read) ----
 // Scale groups of 16 blocks (1024 tokens, one HBM superblock, aligned at multiples of 16 blocks):
 // per group and active channel j, S_j = max of the block scales a_bj of the group's blocks that
-// hold tokens, and each block's scale becomes a multiplier m_bj = rint(a_bj x fl(16 / S_j)) in 0..16
-// (a_bj ~ m_bj S_j / 16). Per group and query head: u_j = q_j * S_j over the active channels, one
+// hold tokens, and each block's scale becomes a multiplier m_bj = rint(a_bj x fl(16 / S_j)) in
+// 0..16 (a_bj ~ m_bj S_j / 16). Per group and query head: u_j = q_j * S_j over the active channels, one
 // power-of-two scale 2^s that maps max |u_j| into [64, 128), W_j = clamp(rint(u_j * 2^s), +-127).
 // The partial read of channel j is a_bj * (2 c_j + o_j) / 16 with c_j the code with its unread
 // planes zeroed and o_j = 2^(4 - t_j) - 16, so the score is the exact integer
@@ -142,8 +142,8 @@ HISPARSE_HD float scale_step(float group_max) {
 }
 /// m = rint(a x step) in 0..16 for a block scale `a` and its group's scale_step; 0 when `a` is
 /// 0, negative or not a number. One multiply per block: the division is per group (the scan
-/// computes it once for four blocks), and one rounding of a / S x 16 or of a x (16 / S) is as
-/// good as the other.
+/// computes it once per lane of four blocks), and one rounding of a / S x 16 or of a x (16 / S)
+/// is as good as the other.
 HISPARSE_HD int scale_multiplier_by(float a, float step) {
   if (!(a > 0.0f)) return 0;
 #if defined(__CUDA_ARCH__)
@@ -151,7 +151,7 @@ HISPARSE_HD int scale_multiplier_by(float a, float step) {
 #else
   const float r = rintf(a * step);
 #endif
-  if (!(r >= 0.0f)) return 0;  // a x 0 of an infinite scale
+  if (!(r >= 0.0f)) return 0;  // an infinite scale times the step 0 of its group: NaN
   return r > static_cast<float>(kScaleSteps) ? kScaleSteps : static_cast<int>(r);
 }
 /// scale_multiplier_by(a, scale_step(group_max)).

@@ -66,6 +66,22 @@ TEST(FathomQuantize, PlaneWordsOfOneBlock) {
   EXPECT_EQ(store.host_words()[store.layout().word_index(0, 0, 0)], msb);
 }
 
+TEST(FathomPlaneLayout, IndicesWorkedByHand) {
+  // HBM: [superblock][channel][plane][16] words and [superblock][channel][16] scales. Block 37 is
+  // superblock 2, position 5; with 3 channels, (channel 1, plane 2) is run 6 of superblock 2.
+  const kf::PlaneLayout hbm{kf::PlaneLayoutKind::hbm, 3, 64};
+  EXPECT_EQ(hbm.word_index(37, 1, 2), ((2 * 3 + 1) * 4 + 2) * 16 + 5);  // 485
+  EXPECT_EQ(hbm.scale_index(37, 1), (2 * 3 + 1) * 16 + 5);              // 117
+  EXPECT_EQ(hbm.unit_stride(), 16);
+  EXPECT_EQ(hbm.block_offset(37, kf::kPlanes), 2 * 3 * 4 * 16 + 5);
+  // Host: [channel][plane][capacity] words and [channel][capacity] scales.
+  const kf::PlaneLayout host{kf::PlaneLayoutKind::host, 3, 64};
+  EXPECT_EQ(host.word_index(37, 1, 2), (1 * 4 + 2) * 64 + 37);  // 421
+  EXPECT_EQ(host.scale_index(37, 1), 1 * 64 + 37);              // 101
+  EXPECT_EQ(host.unit_stride(), 64);
+  EXPECT_EQ(host.block_offset(37, kf::kPlanes), 37);
+}
+
 TEST(FathomQuantize, RoundTripBothLayoutsEqualTheRule) {
   const int d = 24;
   const std::int64_t n = 64 * 40 + 17;  // crosses superblocks, ends mid-block

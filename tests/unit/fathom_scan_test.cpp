@@ -249,6 +249,7 @@ TEST(FathomScanFragments, SlotsAreOrderedDeepestFirst) {
   EXPECT_EQ(unit[14], (1 << 10) | (7 << 2) | 0);
   EXPECT_EQ(km::unit_channel(unit[10]), 6);
   EXPECT_EQ(km::unit_plane(unit[10]), 2);
+  EXPECT_EQ(km::unit_run(unit[10]), 6 * kf::kPlanes + 2);  // the run ordinal of word_index
   EXPECT_EQ(km::unit_swizzle(unit[14]), 1);
 }
 
