@@ -226,6 +226,18 @@ HISPARSE_HD std::uint64_t selection_key(float score, std::uint32_t position) {
 HISPARSE_HD std::uint32_t selection_key_position(std::uint64_t key) {
   return 0xffffffffu - static_cast<std::uint32_t>(key & 0xffffffffu);
 }
+/// The filter a seed score gives a streaming top-k: every key of a score >= seed lies above it,
+/// every key of a lower score at or below it. 0 (no filter) for a NaN or -infinity seed.
+HISPARSE_HD std::uint64_t seed_threshold(float seed) {
+  if (!(seed >= -3.402823466e38f)) return 0;  // NaN or -infinity
+  return (static_cast<std::uint64_t>(orderable_key(seed)) << 32) - 1u;
+}
+/// A head's seed from an earlier step's range of selected scores (keep-th, top): margin x the
+/// range below the keep-th, so that a query that moved a little still finds `keep` tokens above
+/// it. NaN (no seed) when either is NaN.
+HISPARSE_HD float seed_score(float kth, float top, float margin) {
+  return kth - margin * (top - kth);
+}
 
 /// log2(x) with a fixed sequence of IEEE operations (identical on both backends; |error| < 1e-6).
 /// x <= 0 or subnormal gives -1e30 (such a channel never receives a plane).

@@ -117,6 +117,40 @@ __device__ std::uint64_t compact_top(std::uint64_t* buf, int* count, int keep, i
   return kth;
 }
 
+// out[0] = the score of the smallest of `count` selection keys when count >= keep (else NaN),
+// out[1] = the score of the largest (NaN when count is 0): a head's (keep-th, top) selected
+// scores (PlaneScanArgs::score_range). `slots`: 2 shared words. All threads of the block call it.
+template <int THREADS>
+__device__ void write_score_range(const std::uint64_t* keys, int count, int keep,
+                                  unsigned long long* slots, float* out) {
+  if (threadIdx.x == 0) {
+    slots[0] = ~0ull;
+    slots[1] = 0;
+  }
+  __syncthreads();
+  unsigned long long lo = ~0ull, hi = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += THREADS) {
+    lo = min(lo, static_cast<unsigned long long>(keys[i]));
+    hi = max(hi, static_cast<unsigned long long>(keys[i]));
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (threadIdx.x % 32 == 0 && hi != 0) {
+    atomicMin(&slots[0], lo);
+    atomicMax(&slots[1], hi);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const float nan = __int_as_float(0x7fc00000);
+    out[0] =
+        count > 0 && count >= keep ? key_to_float(static_cast<std::uint32_t>(slots[0] >> 32)) : nan;
+    out[1] = count > 0 ? key_to_float(static_cast<std::uint32_t>(slots[1] >> 32)) : nan;
+  }
+  __syncthreads();  // the slots may be reused
+}
+
 // fp16 scale to float with the hardware conversion: exact for every finite value, so it equals
 // the twin's f16_to_float; a NaN stays a NaN, and quantize_weight maps NaN products to 0 either way.
 __device__ __forceinline__ float scale_value(std::uint16_t h) {
@@ -230,6 +264,17 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int first_eligible = static_cast<int>(n < a.sinks ? n : a.sinks);
   const int end_eligible =
       static_cast<int>(n - a.recent > first_eligible ? n - a.recent : first_eligible);
+  // The launcher's second pass (seeded selection): a stream runs again, without its seed, only
+  // where some head's candidates over every chunk did not reach min(keep, eligible tokens).
+  if constexpr (!staged) {
+    if (ws.rescan != 0) {
+      const int need = min(a.keep, end_eligible - first_eligible);
+      bool proven = true;
+      for (int h = 0; h < heads; ++h)
+        proven = proven && ws.seed_hits[static_cast<std::int64_t>(s) * heads + h] >= need;
+      if (proven) return;
+    }
+  }
   // Entry of (stream, head 0, chunk) in the candidate counts (recomputed where used).
   const auto count_base = [&]() -> std::int64_t {
     return (static_cast<std::int64_t>(stream_index()) * heads) * ws.chunks +
@@ -261,6 +306,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   for (int h = tid; h < kMaxGroupHeads; h += THREADS) {
     counts[h] = 0;
     thr[h] = 0;
+    if (a.seed_range != nullptr && h < heads) {
+      const float* range = a.seed_range + (static_cast<std::int64_t>(s) * heads + h) * 2;
+      thr[h] = seed_threshold(seed_score(range[0], range[1], a.seed_margin));
+    }
   }
   __syncthreads();
   const int n_slots = scratch[0], n_units = scratch[1], n_scaled = scratch[2];
@@ -610,8 +659,17 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     std::uint64_t* out =
         ws.candidates + (count_base() + static_cast<std::int64_t>(h) * ws.chunks) * a.keep;
     for (int i = tid; i < c; i += THREADS) out[i] = buf[h * m.cap + i];
-    if (tid == 0) ws.candidate_counts[count_base() + h * ws.chunks] = c;
+    if (tid == 0) {
+      ws.candidate_counts[count_base() + h * ws.chunks] = c;
+      if (a.seed_range != nullptr)
+        atomicAdd(&ws.seed_hits[static_cast<std::int64_t>(stream_index()) * heads + h], c);
+    }
   }
+  if (ws.chunks == 1 && a.score_range != nullptr)  // the lists are the result: no merge runs
+    for (int h = 0; h < heads; ++h)
+      write_score_range<THREADS>(
+          buf + h * m.cap, counts[h], a.keep, reinterpret_cast<unsigned long long*>(hist),
+          a.score_range + (static_cast<std::int64_t>(stream_index()) * heads + h) * 2);
 }
 
 // The merge runs in two kernels. merge_heads_kernel, one block per (head, stream), takes the top
@@ -691,6 +749,10 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   for (int i = tid; i < kept; i += kFinalizeThreads)
     out[i] = static_cast<std::int32_t>(selection_key_position(buf[i]));
   if (tid == 0) ws.candidate_counts[entry0] = failed ? -1 : kept;
+  if (a.score_range != nullptr)
+    write_score_range<kFinalizeThreads>(
+        buf, kept, a.keep, reinterpret_cast<unsigned long long*>(hist),
+        a.score_range + (static_cast<std::int64_t>(s) * a.heads + h) * 2);
 }
 
 // finalize_kernel sorts and deduplicates the selection with a bitmap of the stream's positions
@@ -734,6 +796,9 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   const std::int64_t first_eligible = n < a.sinks ? n : a.sinks;
   const std::int64_t end_eligible = n - a.recent > first_eligible ? n - a.recent : first_eligible;
   const int fixed = static_cast<int>(first_eligible + (n - end_eligible));
+  // Both scan passes are done: the seeded selection's counters start the next launch at zero.
+  if (ws.seed_hits != nullptr && tid < a.heads)
+    ws.seed_hits[static_cast<std::int64_t>(s) * a.heads + tid] = 0;
   // Position i of the selection: a bit of the bitmap, or entry i of the list to sort.
   const bool bitmap = m.sort_size == 0;
   auto* bits = reinterpret_cast<std::uint32_t*>(positions);
@@ -921,9 +986,26 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
     reset_staging(args, ws, stream);
     grid = dim3(static_cast<unsigned>(ws.chunks * args.streams + ws.staging.copy_blocks));
   }
+  // Seeded selection: the seeded pass, then a pass that rescans unseeded only the streams whose
+  // seed some head's candidates did not prove (its blocks return at once everywhere else).
+  const bool seeded = args.seed_range != nullptr && !ws.staging.enabled();
+  if (seeded && ws.seed_hits == nullptr)
+    throw Error("fathom scan: seed_range", "a seeded scan without the workspace's seed_hits",
+                "use PlaneScan, or give PlaneScanWorkspace::seed_hits [streams][heads] zeroed");
+  PlaneScanArgs first = args;
+  if (!seeded) first.seed_range = nullptr;
   kernel<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
-           stream>>>(args, ws, scan);
+           stream>>>(first, ws, scan);
   HISPARSE_CUDA_CHECK_LAUNCH();
+  if (seeded) {
+    PlaneScanArgs unseeded = args;
+    unseeded.seed_range = nullptr;
+    PlaneScanWorkspace again = ws;
+    again.rescan = 1;
+    kernel<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
+             stream>>>(unseeded, again, scan);
+    HISPARSE_CUDA_CHECK_LAUNCH();
+  }
   if (ws.chunks > 1) {  // one chunk per stream already holds each head's top `keep`
     merge_heads_kernel<<<dim3(static_cast<unsigned>(args.heads),
                               static_cast<unsigned>(args.streams)),

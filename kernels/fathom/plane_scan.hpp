@@ -45,6 +45,18 @@ struct PlaneScanArgs {
   std::int32_t* selected = nullptr;        ///< [streams][max_selected()], ascending positions
   std::int32_t* selected_count = nullptr;  ///< [streams]
   float* scores = nullptr;  ///< optional [streams][heads][max_tokens]: every approximate score
+  /// Seeded selection (optional; HBM planes and host planes read in place, ignored when host
+  /// planes are staged): [streams][heads][2], each head's (keep-th, top) selected scores of an
+  /// earlier step, as score_range writes them. The scan adds no token scoring below
+  /// seed_score(keep-th, top, seed_margin) to its candidates, counts per head how many reached
+  /// it, and rescans without the seed every stream where some head had fewer than
+  /// min(keep, eligible tokens): the selection is the unseeded one whatever the seeds. NaN
+  /// entries seed nothing. May be the same buffer as score_range.
+  const float* seed_range = nullptr;
+  float seed_margin = 0.25f;
+  /// Optional output [streams][heads][2]: each head's keep-th and top selected scores (the
+  /// keep-th is NaN where fewer than `keep` tokens are eligible, both NaN where none is).
+  float* score_range = nullptr;
 
   /// The planner arguments of the fused plan (plan_variances set).
   [[nodiscard]] HISPARSE_HD DepthPlanArgs plan_args(std::uint8_t* out) const {
@@ -131,6 +143,11 @@ struct PlaneScanWorkspace {
   std::int32_t budget = 0;                   ///< largest sum of depths of any stream
   std::uint64_t* candidates = nullptr;       ///< [streams][heads][chunks][keep]
   std::int32_t* candidate_counts = nullptr;  ///< [streams][heads][chunks]
+  /// Seeded selection: [streams][heads] candidates that reached the seed, summed over chunks;
+  /// zero before a launch (the owner zeroes it once; finalize re-zeroes it).
+  std::int32_t* seed_hits = nullptr;
+  /// Set by the launcher for its second scan pass: only streams whose seed was not proven run.
+  std::int32_t rescan = 0;
   /// Shape of the host staging when plan_scan_workspace was asked for it (pointers are the
   /// owner's to set; left null, the scan reads host planes directly).
   PlaneStaging staging;
@@ -189,7 +206,8 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
 [[nodiscard]] int plane_scan_resident_blocks(const PlaneScanArgs& args,
                                              const PlaneScanWorkspace& ws);
 #endif
-/// CPU twin: identical selection and (when asked) bit-identical scores (the quantized ones).
+/// CPU twin: identical selection and (when asked) bit-identical scores (the quantized ones) and
+/// score_range. It ignores seed_range: the kernel's selection does not depend on it.
 void plane_scan_select_ref(const PlaneScanArgs& args);
 
 /// REFERENCE.md's partial-read scores in float (cell midpoints, float weights): the definition
@@ -201,6 +219,11 @@ void plane_scores_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n,
 /// plane_scan_select_ref selects on these. Same layout as plane_scores_ref.
 void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::int64_t n,
                                 float* out);
+
+/// Each head's (keep-th, top) score among the eligible tokens of `scores` ([heads][n]) into
+/// out[2 h], out[2 h + 1] (PlaneScanArgs::score_range; NaN where there are too few).
+void score_range_ref(const float* scores, std::int32_t heads, std::int64_t n, std::int32_t keep,
+                     std::int32_t sinks, std::int32_t recent, float* out);
 
 /// The selection rule over given scores ([heads][n], row stride n): sinks, the recent window and
 /// the top `keep` of the remaining tokens per head under (score desc, position asc), unioned,

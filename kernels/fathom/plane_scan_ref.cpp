@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -136,6 +137,26 @@ std::int64_t select_from_scores_ref(const float* scores, std::int32_t heads, std
   return static_cast<std::int64_t>(chosen.size());
 }
 
+void score_range_ref(const float* scores, std::int32_t heads, std::int64_t n, std::int32_t keep,
+                     std::int32_t sinks, std::int32_t recent, float* out) {
+  const std::int64_t first_eligible = std::min<std::int64_t>(sinks, n);
+  const std::int64_t end_eligible = std::max<std::int64_t>(first_eligible, n - recent);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::uint64_t> keys;
+  for (int h = 0; h < heads; ++h) {
+    keys.clear();
+    for (std::int64_t i = first_eligible; i < end_eligible; ++i)
+      keys.push_back(selection_key(scores[h * n + i], static_cast<std::uint32_t>(i)));
+    out[2 * h] = out[2 * h + 1] = nan;
+    if (keys.empty()) continue;
+    out[2 * h + 1] =
+        key_to_float(static_cast<std::uint32_t>(*std::max_element(keys.begin(), keys.end()) >> 32));
+    if (keep < 1 || keys.size() < static_cast<std::size_t>(keep)) continue;
+    std::nth_element(keys.begin(), keys.begin() + (keep - 1), keys.end(), std::greater<>());
+    out[2 * h] = key_to_float(static_cast<std::uint32_t>(keys[keep - 1] >> 32));
+  }
+}
+
 void plane_scan_select_ref(const PlaneScanArgs& planned_args) {
   // Fused plan: the depths the scan blocks compute, from the planner's twin.
   std::vector<std::uint8_t> planned;
@@ -158,6 +179,9 @@ void plane_scan_select_ref(const PlaneScanArgs& planned_args) {
             scores.data() + h * n, n,
             args.scores + (static_cast<std::int64_t>(s) * args.heads + h) * args.max_tokens);
     }
+    if (args.score_range)
+      score_range_ref(scores.data(), args.heads, n, args.keep, args.sinks, args.recent,
+                      args.score_range + static_cast<std::int64_t>(s) * args.heads * 2);
     args.selected_count[s] = static_cast<std::int32_t>(
         select_from_scores_ref(scores.data(), args.heads, n, args.keep, args.sinks, args.recent,
                                args.selected + s * args.max_selected()));

@@ -61,6 +61,13 @@ void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stre
     st.landed = grow(landed_, st.flag_count(args.streams) + 1, "fathom staging flags");
     st.ticket = st.landed + st.flag_count(args.streams);
   }
+  if (args.seed_range != nullptr && !ws.staging.enabled()) {
+    // Zero once when allocated; every launch's finalize zeroes the entries it used.
+    const auto entries = static_cast<std::size_t>(args.streams) * args.heads;
+    const bool fresh = seed_hits_.size() < entries;
+    ws.seed_hits = grow(seed_hits_, static_cast<std::int64_t>(entries), "fathom seed hits");
+    if (fresh) zero_bytes(ws.seed_hits, seed_hits_.size() * sizeof(std::int32_t), backend_);
+  }
   ws_ = ws;
   kf::launch_plane_scan_select(args, ws, stream);
 #else

@@ -19,6 +19,9 @@ class PlaneScan {
   /// Fills the store's fields of `args` (words, scales, layout, lengths, max_tokens when 0).
   [[nodiscard]] static kernels::fathom::PlaneScanArgs args_for(const PlaneStore& store);
   /// Runs on `stream`; `budget` bounds the sum of depths of every stream (sizes the tile).
+  /// With args.seed_range set (kernels::fathom::PlaneScanArgs) the CUDA scan is seeded and
+  /// rescans the streams whose seed it could not prove; the CPU twin ignores the seeds. Either
+  /// way the selection is the same.
   /// `head_budgets` (optional): stream s's budget is head_budgets[s % size]; unequal ones give
   /// streams with larger budgets more, shorter chunks (plan_scan_workspace).
   void run(const kernels::fathom::PlaneScanArgs& args, int budget, NativeStream stream = nullptr,
@@ -57,6 +60,7 @@ class PlaneScan {
   kernels::fathom::PlaneScanWorkspace ws_;
   Buffer<std::uint64_t> candidates_;
   Buffer<std::int32_t> counts_;
+  Buffer<std::int32_t> seed_hits_;  ///< PlaneScanWorkspace::seed_hits, when a run is seeded
   Buffer<std::uint64_t> staged_words_;
   Buffer<std::uint16_t> staged_scales_;
   Buffer<std::int32_t> landed_;

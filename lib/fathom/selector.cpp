@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -140,6 +141,20 @@ std::vector<std::vector<std::int32_t>> FathomSelector::select(
   args.selected = selected_.reserve_device(sel_count, backend_, "fathom selection");
   args.selected_count = counts_.reserve_device(static_cast<std::size_t>(streams), backend_,
                                                "fathom selection counts");
+  if (config_.seeded) {
+    // The previous call's ranges seed this one and are overwritten by it (the scan reads every
+    // seed before it writes a range); a new shape starts from NaN: no seed.
+    const auto entries = static_cast<std::size_t>(streams) * heads * 2;
+    float* range = score_range_.reserve_device(entries, backend_, "fathom score ranges");
+    if (entries != score_range_entries_) {
+      const std::vector<float> none(entries, std::numeric_limits<float>::quiet_NaN());
+      copy_bytes(range, none.data(), entries * sizeof(float), backend_);
+      score_range_entries_ = entries;
+    }
+    args.seed_range = range;
+    args.score_range = range;
+    args.seed_margin = config_.seed_margin;
+  }
   scan_.run(args, budget, stream_.native(), budgets);
   stream_.synchronize();
 

@@ -27,6 +27,13 @@ struct SelectorConfig {
   /// from select()'s read calibrations, the scan reading with the gained queries (PlanRule in
   /// depth_planner.hpp).
   PlanRule rule = PlanRule::paper;
+  /// Seeded selection (kernels::fathom::PlaneScanArgs::seed_range): each select() seeds the scan
+  /// with the previous call's (keep-th, top) scores of every head, lowered by seed_margin x their
+  /// difference. The CUDA scan then skips most candidate work and rescans a stream whose seed was
+  /// too high, so the selection never changes. Meant for decode steps over the same streams;
+  /// a call with another stream or head count starts unseeded.
+  bool seeded = false;
+  float seed_margin = 0.25f;
   [[nodiscard]] int keep() const noexcept { return top_k - sinks - recent; }
   /// Rows one selection of a KV stream can hold: the sinks, the recent window and each of the
   /// `group` query heads' own top tokens, when no two heads share one.
@@ -72,6 +79,8 @@ class FathomSelector {
   Buffer<float> queries_, gained_, variances_;
   Buffer<std::uint8_t> depths_;
   Buffer<std::int32_t> selected_, counts_, budgets_;
+  Buffer<float> score_range_;  ///< seeded: [streams][heads][2] of the last call
+  std::size_t score_range_entries_ = 0;
   std::vector<float> rotated_, eigen_variances_;
   std::vector<std::int32_t> selected_host_, counts_host_;
 };

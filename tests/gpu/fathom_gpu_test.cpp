@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtypes.hpp"
@@ -476,6 +477,65 @@ void run_scan_case(const ScanCase& c) {
       }
     }
   }
+  // Seeded selection (PlaneScanArgs::seed_range): whatever the seeds, the selection and each
+  // head's (keep-th, top) scores equal the twin's. Seeds: the twin's own ranges (every seed
+  // proven); then even streams seeded a quarter range below and odd streams above their top (no
+  // candidate: a rescan), twice on one PlaneScan so that counts left by the first call would
+  // show; then NaN (no seed).
+  {
+    std::vector<float> want_range(static_cast<std::size_t>(streams) * c.heads * 2);
+    kf::PlaneScanArgs ranged = ref;
+    ranged.scores = nullptr;
+    ranged.score_range = want_range.data();
+    kf::plane_scan_select_ref(ranged);
+    for (std::int32_t s = 0; s < streams; ++s)
+      for (int h = 0; h < c.heads; ++h) {
+        const std::size_t e = (static_cast<std::size_t>(s) * c.heads + h) * 2;
+        const std::int64_t eligible = std::max<std::int64_t>(0, c.lengths[s] - 36);
+        ASSERT_EQ(std::isnan(want_range[e + 1]), eligible == 0) << "stream " << s;
+        ASSERT_EQ(std::isnan(want_range[e]), eligible < ranged.keep) << "stream " << s;
+        if (eligible >= ranged.keep) {
+          ASSERT_LE(want_range[e], want_range[e + 1]);
+        }
+      }
+    std::vector<float> mixed = want_range, none(want_range.size(), std::nanf(""));
+    for (std::size_t e = 0; e < mixed.size(); e += 2)
+      if ((e / 2 / static_cast<std::size_t>(c.heads)) % 2 == 1) mixed[e] = mixed[e + 1] + 1.0f;
+    auto seeds = Buffer<float>::device(want_range.size(), Backend::cuda, "seed ranges");
+    auto range = Buffer<float>::device(want_range.size(), Backend::cuda, "score ranges");
+    kf::PlaneScanArgs seeded = a;
+    seeded.scores = nullptr;
+    seeded.seed_range = seeds.device_data();
+    seeded.score_range = range.device_data();
+    for (int run = 0; run < kf::kScanVariantCount * static_cast<int>(stagings.size()); ++run) {
+      const int variant = run % kf::kScanVariantCount;
+      const Staging& staging = stagings[static_cast<std::size_t>(run / kf::kScanVariantCount)];
+      PlaneScan scan(Backend::cuda);
+      scan.set_variant(variant);
+      scan.set_host_staging(staging.on, staging.copy_blocks, staging.rounds_per_copy);
+      if (c.multiprocessors > 0) scan.set_multiprocessors(c.multiprocessors);
+      const std::pair<const std::vector<float>*, float> runs[] = {
+          {&want_range, 0.0f}, {&mixed, 0.25f}, {&mixed, 0.25f}, {&none, 0.25f}};
+      for (int k = 0; k < 4; ++k) {
+        SCOPED_TRACE("seeded run " + std::to_string(k) + ", scan variant " +
+                     std::to_string(variant) + ", " + staging.name);
+        copy_bytes(seeds.device_data(), runs[k].first->data(), want_range.size() * 4,
+                   Backend::cuda);
+        copy_bytes(cnt.device_data(), std::vector<std::int32_t>(cnt.size(), -7).data(),
+                   cnt.size() * 4, Backend::cuda);
+        copy_bytes(range.device_data(), std::vector<float>(want_range.size(), -7.0f).data(),
+                   want_range.size() * 4, Backend::cuda);
+        seeded.seed_margin = runs[k].second;
+        scan.run(seeded, c.budget, stream.native(), c.head_budgets);
+        stream.synchronize();
+        expect_same_selection(want, want_count, sel, cnt, max_sel);
+        const auto got_range = to_host(range.device_data(), range.size(), Backend::cuda);
+        for (std::size_t e = 0; e < want_range.size(); ++e)
+          ASSERT_EQ(std::memcmp(&got_range[e], &want_range[e], sizeof(float)), 0)
+              << "range entry " << e << ": GPU " << got_range[e] << ", twin " << want_range[e];
+      }
+    }
+  }
   if (c.sign_reads) return;
   // The fused plan: every scan block plans its own stream; same depths, same selection.
   auto vard = to_device(var, "variances");
@@ -662,6 +722,38 @@ TEST(FathomGpu, SelectorOnGpuEqualsSelectorOnCpu) {
   EXPECT_EQ(std::accumulate(on_gpu.last_depths().begin(), on_gpu.last_depths().end(), 0), 72);
   EXPECT_EQ(a72, b72);
   EXPECT_NE(a72, a);
+}
+
+// SelectorConfig::seeded over decode steps whose queries drift: each GPU call is seeded by the
+// previous one's score ranges and must select what the unseeded CPU selector selects. The last
+// step repeats the previous query times 1/8: with positive keep-th scores its seed lies far
+// above them, and the scan must find that out and rescan.
+TEST(FathomGpu, SeededSelectorOnGpuEqualsSelectorOnCpuOverDriftingSteps) {
+  HISPARSE_REQUIRE_GPU();
+  constexpr int kDim = 128, kHeads = 4, kSteps = 4;
+  constexpr std::int64_t kTokens = 65536 + 7;
+  SyntheticKeySpec spec;
+  spec.tokens = kTokens;
+  spec.steps = kSteps;
+  const SyntheticKeys data = make_synthetic_keys(spec);
+  PlaneStore cpu(Backend::cpu, PlaneLayoutKind::hbm, 1, kDim, kTokens);
+  PlaneStore gpu(Backend::cuda, PlaneLayoutKind::hbm, 1, kDim, kTokens);
+  fill_both(cpu, gpu, data.keys, kTokens, 1, {kTokens});
+  SelectorConfig config{512, 4, 32, 48};
+  FathomSelector on_cpu(Backend::cpu, config);
+  config.seeded = true;
+  FathomSelector on_gpu(Backend::cuda, config);
+  for (int step = 0; step <= kSteps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::vector<float> q(data.query(std::min(step, kSteps - 1)),
+                         data.query(std::min(step, kSteps - 1)) + kHeads * kDim);
+    if (step == kSteps)
+      for (auto& x : q) x *= 0.125f;
+    const auto a = on_cpu.select(cpu, q.data(), kHeads, data.variance.data(), 1);
+    const auto b = on_gpu.select(gpu, q.data(), kHeads, data.variance.data(), 1);
+    ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
+    EXPECT_EQ(a, b);
+  }
 }
 
 TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {

@@ -559,6 +559,45 @@ TEST(FathomScanTwin, SelectionUsesTheQuantizedScores) {
             std::vector<std::int32_t>(expect.begin(), expect.begin() + c));
 }
 
+// A seed filters scores below it and keeps every score at or above it (ties included).
+TEST(FathomScanMath, SeedThresholdKeepsScoresAtOrAboveTheSeed) {
+  for (const float seed : {-3.5f, -0.0f, 0.0f, 1.25f, 7e30f}) {
+    const std::uint64_t t = kf::seed_threshold(seed);
+    EXPECT_GT(kf::selection_key(seed, 0u), t) << seed;
+    EXPECT_GT(kf::selection_key(seed, 0xfffffffeu), t) << seed;  // the last position
+    EXPECT_GT(kf::selection_key(std::nextafter(seed, 1e38f), 5u), t) << seed;
+    EXPECT_LE(kf::selection_key(std::nextafter(seed, -1e38f), 0u), t) << seed;
+  }
+  EXPECT_EQ(kf::seed_threshold(std::nanf("")), 0u);
+  EXPECT_EQ(kf::seed_threshold(-INFINITY), 0u);
+  // keep-th 2, top 10, margin 0.25: 2 - 0.25 x 8 = 0; margin 0 gives the keep-th itself.
+  EXPECT_EQ(kf::seed_score(2.0f, 10.0f, 0.25f), 0.0f);
+  EXPECT_EQ(kf::seed_score(2.0f, 10.0f, 0.0f), 2.0f);
+  EXPECT_TRUE(std::isnan(kf::seed_score(std::nanf(""), 10.0f, 0.25f)));
+}
+
+// score_range_ref by hand: 2 heads over 40 tokens (sinks 4 and recent 32 leave tokens 4..7).
+TEST(FathomScanTwin, ScoreRangeIsTheKeepThAndTopEligibleScore) {
+  std::vector<float> scores(80, 100.0f);  // sinks and recent score 100: never eligible
+  const float head0[4] = {3.0f, -1.0f, 3.0f, 2.0f}, head1[4] = {-5.0f, -6.0f, -4.0f, -7.0f};
+  for (int i = 0; i < 4; ++i) {
+    scores[4 + i] = head0[i];
+    scores[40 + 4 + i] = head1[i];
+  }
+  float range[4];
+  kf::score_range_ref(scores.data(), 2, 40, 3, 4, 32, range);
+  EXPECT_EQ(range[0], 2.0f);  // 3, 3, 2: the third
+  EXPECT_EQ(range[1], 3.0f);
+  EXPECT_EQ(range[2], -6.0f);  // -4, -5, -6
+  EXPECT_EQ(range[3], -4.0f);
+  kf::score_range_ref(scores.data(), 2, 40, 5, 4, 32, range);  // keep 5 > 4 eligible
+  EXPECT_TRUE(std::isnan(range[0]));
+  EXPECT_EQ(range[1], 3.0f);
+  kf::score_range_ref(scores.data(), 1, 30, 1, 4, 32, range);  // no eligible token
+  EXPECT_TRUE(std::isnan(range[0]));
+  EXPECT_TRUE(std::isnan(range[1]));
+}
+
 TEST(FathomScanTwin, FusedPlanSelectsLikeThePlannerThenTheScan) {
   Fixture f(128, 4, 3000, 40, 43);
   const std::int64_t length = f.n;

@@ -9,6 +9,10 @@
 //    GB/s, and the fraction of the ceiling measured on the device at start (HBM device copy,
 //    read + write, for hbm; pinned host -> device cudaMemcpy for host, whose planes the kernel
 //    reads straight from mapped pinned memory, so the transfer is overlapped with the scan).
+//  - fathom_scan_seeded/drift:D/hbm/...: the same scan seeded (PlaneScanArgs::seed_range) with
+//    the score ranges of a previous step whose queries were q + D x N(0, 1) (queries are N(0, 1)),
+//    default margin; the seeded selection is checked against the unseeded one before timing.
+//    Counter rescanned_streams: streams whose seed was too high (rescanned unseeded).
 //  - fathom_scan_variant/variant:V/...: the same scan with kernel variant V (kScanVariants: threads
 //    per block, blocks per SM, tile); label and counters give the resident warps per SM.
 //  - fathom_scan_host/{staged|direct}/...: host planes staged into HBM by a copy kernel beside the
@@ -99,6 +103,10 @@ struct ScanCase {
   /// With a spread: chunks sized by each stream's work (PlaneScanWorkspace::chunk_period), or
   /// the same number for every stream (the budgets withheld from the workspace plan).
   bool work_chunks = true;
+  /// Seeded selection (PlaneScanArgs::seed_range): the previous step's score ranges, its queries
+  /// q + seed_drift x N(0, 1) per element (the queries are N(0, 1)), seed the timed step; < 0:
+  /// unseeded.
+  double seed_drift = -1;
   [[nodiscard]] int max_budget() const { return budget + head_spread; }
 };
 
@@ -253,6 +261,61 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
       state.SkipWithError(fmt::format("selection returned {} rows", n).c_str());
       return;
     }
+  // Seeded cases: the previous step's ranges (its query drifted by seed_drift) seed the timed
+  // step, whose selection must equal the unseeded one.
+  Buffer<float> d_prev_range;
+  Buffer<float> d_q_prev;
+  int rescanned = 0;
+  if (c.seed_drift >= 0) {
+    // Each stream's selection: its count, then that many positions (the rest of its row holds
+    // whatever an earlier call left).
+    const auto selection = [&] {
+      std::vector<std::int32_t> rows(d_sel.size()), n(static_cast<std::size_t>(streams)), out;
+      copy_bytes(rows.data(), d_sel.device_data(), rows.size() * 4, Backend::cuda);
+      copy_bytes(n.data(), d_count.device_data(), n.size() * 4, Backend::cuda);
+      const auto row = static_cast<std::size_t>(a.max_selected());
+      for (std::size_t st = 0; st < n.size(); ++st) {
+        out.push_back(n[st]);
+        out.insert(out.end(), rows.begin() + static_cast<std::ptrdiff_t>(st * row),
+                   rows.begin() + static_cast<std::ptrdiff_t>(st * row) + std::max(n[st], 0));
+      }
+      return out;
+    };
+    const std::vector<std::int32_t> unseeded = selection();
+    const std::size_t entries = static_cast<std::size_t>(streams) * a.heads * 2;
+    auto d_now = Buffer<float>::device(entries, Backend::cuda, "score ranges");
+    d_prev_range = Buffer<float>::device(entries, Backend::cuda, "previous score ranges");
+    a.score_range = d_now.device_data();
+    scan.run(a, c.max_budget(), stream.native(), chunk_budgets);
+    Rng drift(77);
+    std::vector<float> q_prev = q;
+    for (auto& x : q_prev) x += static_cast<float>(c.seed_drift) * drift.normal();
+    d_q_prev = device_copy(q_prev, "previous queries");
+    a.queries = d_q_prev.device_data();
+    a.score_range = d_prev_range.device_data();
+    scan.run(a, c.max_budget(), stream.native(), chunk_budgets);
+    stream.synchronize();
+    a.queries = d_q.device_data();
+    a.score_range = nullptr;  // replays keep the same seeds
+    a.seed_range = d_prev_range.device_data();
+    std::vector<float> now(entries), prev(entries);
+    copy_bytes(now.data(), d_now.device_data(), entries * 4, Backend::cuda);
+    copy_bytes(prev.data(), d_prev_range.device_data(), entries * 4, Backend::cuda);
+    for (std::int32_t st = 0; st < streams; ++st) {
+      bool again = false;
+      for (int h = 0; h < a.heads; ++h) {
+        const std::size_t e = (static_cast<std::size_t>(st) * a.heads + h) * 2;
+        again = again || kf::seed_score(prev[e], prev[e + 1], a.seed_margin) > now[e];
+      }
+      rescanned += again ? 1 : 0;
+    }
+    scan.run(a, c.max_budget(), stream.native(), chunk_budgets);
+    stream.synchronize();
+    if (selection() != unseeded) {
+      state.SkipWithError("the seeded selection differs from the unseeded one");
+      return;
+    }
+  }
   L2Flusher l2;
   GpuTimer timer(stream);
   const CapturedGraph graph(stream, [&](cudaStream_t s) {
@@ -309,12 +372,18 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
                         ws.staging.copy_blocks, ws.staging.rounds, ws.staging.rounds_per_copy)
           : std::string("host planes read in place");
   state.counters["staged"] = ws.staging.enabled() ? 1 : 0;
+  if (c.seed_drift >= 0) state.counters["rescanned_streams"] = rescanned;
   state.SetLabel(fmt::format(
       "variant {}: {} streams, {} chunks x {}-block tiles, {} threads x {} blocks/SM resident "
-      "({} KB shared each), {}, ceiling {:.0f} GB/s ({}){}",
+      "({} KB shared each), {}, ceiling {:.0f} GB/s ({}){}{}",
       ws.variant, streams, ws.chunks, ws.tile_blocks, v.threads, resident, smem / 1024, source,
       ceiling, host ? "PCIe H2D" : "HBM copy",
-      flat ? ", flat depths (diagnostic: the first budget channels at depth 1)" : ""));
+      flat ? ", flat depths (diagnostic: the first budget channels at depth 1)" : "",
+      c.seed_drift >= 0
+          ? fmt::format(", seeded by the previous step (query drift {}, margin {}, {} of {} "
+                        "streams rescanned)",
+                        c.seed_drift, a.seed_margin, rescanned, streams)
+          : std::string()));
 }
 
 void run_plan(benchmark::State& state, int batch, bool measured) {
@@ -444,6 +513,17 @@ bool register_fathom() {
           register_scan(fmt::format("fathom_scan/{}/budget:{}/context:{}/batch:{}", kind_name(kind),
                                     budget, context, batch),
                         ScanCase{kind, budget, context, batch, 0});
+  // Seeded selection (PlaneScanArgs::seed_range) from a previous step whose query drifted.
+  for (double drift : {0.0, 0.05, 0.2})
+    for (int budget : {48, 128})
+      for (auto [context, batch] :
+           {std::pair<std::int64_t, int>{32768, 8}, {131072, 8}, {1048576, 8}, {1048576, 32}}) {
+        ScanCase c{kf::PlaneLayoutKind::hbm, budget, context, batch};
+        c.seed_drift = drift;
+        register_scan(fmt::format("fathom_scan_seeded/drift:{}/hbm/budget:{}/context:{}/batch:{}",
+                                  drift, budget, context, batch),
+                      c);
+      }
   // Kernel variants (residency) on the issue-4 shapes: 128K x batch 8 and 1M x batch 32 in HBM,
   // 1M x batch 1 from host memory, budget 48.
   for (int variant = 0; variant < kf::kScanVariantCount; ++variant)
