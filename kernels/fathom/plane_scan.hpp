@@ -53,7 +53,7 @@ struct PlaneScanArgs {
   /// min(keep, eligible tokens): the selection is the unseeded one whatever the seeds. NaN
   /// entries seed nothing. May be the same buffer as score_range.
   const float* seed_range = nullptr;
-  float seed_margin = 0.25f;
+  float seed_margin = 0.5f;
   /// Optional output [streams][heads][2]: each head's keep-th and top selected scores (the
   /// keep-th is NaN where fewer than `keep` tokens are eligible, both NaN where none is).
   float* score_range = nullptr;

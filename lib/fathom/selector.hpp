@@ -33,7 +33,7 @@ struct SelectorConfig {
   /// too high, so the selection never changes. Meant for decode steps over the same streams;
   /// a call with another stream or head count starts unseeded.
   bool seeded = false;
-  float seed_margin = 0.25f;
+  float seed_margin = 0.5f;
   [[nodiscard]] int keep() const noexcept { return top_k - sinks - recent; }
   /// Rows one selection of a KV stream can hold: the sinks, the recent window and each of the
   /// `group` query heads' own top tokens, when no two heads share one.

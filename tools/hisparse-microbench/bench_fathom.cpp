@@ -9,9 +9,9 @@
 //    GB/s, and the fraction of the ceiling measured on the device at start (HBM device copy,
 //    read + write, for hbm; pinned host -> device cudaMemcpy for host, whose planes the kernel
 //    reads straight from mapped pinned memory, so the transfer is overlapped with the scan).
-//  - fathom_scan_seeded/drift:D/hbm/...: the same scan seeded (PlaneScanArgs::seed_range) with
-//    the score ranges of a previous step whose queries were q + D x N(0, 1) (queries are N(0, 1)),
-//    default margin; the seeded selection is checked against the unseeded one before timing.
+//  - fathom_scan_seeded/drift:D/margin:M/hbm/...: the same scan seeded (PlaneScanArgs::seed_range,
+//    seed_margin M) with the score ranges of a previous step whose queries were q + D x N(0, 1)
+//    (queries are N(0, 1)); the seeded selection is checked against the unseeded one first.
 //    Counter rescanned_streams: streams whose seed was too high (rescanned unseeded).
 //  - fathom_scan_variant/variant:V/...: the same scan with kernel variant V (kScanVariants: threads
 //    per block, blocks per SM, tile); label and counters give the resident warps per SM.
@@ -107,6 +107,7 @@ struct ScanCase {
   /// q + seed_drift x N(0, 1) per element (the queries are N(0, 1)), seed the timed step; < 0:
   /// unseeded.
   double seed_drift = -1;
+  float seed_margin = 0.5f;  ///< PlaneScanArgs::seed_margin of the seeded cases
   [[nodiscard]] int max_budget() const { return budget + head_spread; }
 };
 
@@ -298,6 +299,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
     a.queries = d_q.device_data();
     a.score_range = nullptr;  // replays keep the same seeds
     a.seed_range = d_prev_range.device_data();
+    a.seed_margin = c.seed_margin;
     std::vector<float> now(entries), prev(entries);
     copy_bytes(now.data(), d_now.device_data(), entries * 4, Backend::cuda);
     copy_bytes(prev.data(), d_prev_range.device_data(), entries * 4, Backend::cuda);
@@ -514,16 +516,19 @@ bool register_fathom() {
                                     budget, context, batch),
                         ScanCase{kind, budget, context, batch, 0});
   // Seeded selection (PlaneScanArgs::seed_range) from a previous step whose query drifted.
-  for (double drift : {0.0, 0.05, 0.2})
-    for (int budget : {48, 128})
-      for (auto [context, batch] :
-           {std::pair<std::int64_t, int>{32768, 8}, {131072, 8}, {1048576, 8}, {1048576, 32}}) {
-        ScanCase c{kf::PlaneLayoutKind::hbm, budget, context, batch};
-        c.seed_drift = drift;
-        register_scan(fmt::format("fathom_scan_seeded/drift:{}/hbm/budget:{}/context:{}/batch:{}",
-                                  drift, budget, context, batch),
-                      c);
-      }
+  for (double margin : {0.25, 0.5, 1.0})
+    for (double drift : {0.0, 0.05, 0.2})
+      for (int budget : {48, 128})
+        for (auto [context, batch] :
+             {std::pair<std::int64_t, int>{32768, 8}, {131072, 8}, {1048576, 8}, {1048576, 32}}) {
+          ScanCase c{kf::PlaneLayoutKind::hbm, budget, context, batch};
+          c.seed_drift = drift;
+          c.seed_margin = static_cast<float>(margin);
+          register_scan(
+              fmt::format("fathom_scan_seeded/drift:{}/margin:{}/hbm/budget:{}/context:{}/batch:{}",
+                          drift, margin, budget, context, batch),
+              c);
+        }
   // Kernel variants (residency) on the issue-4 shapes: 128K x batch 8 and 1M x batch 32 in HBM,
   // 1M x batch 1 from host memory, budget 48.
   for (int variant = 0; variant < kf::kScanVariantCount; ++variant)
