@@ -430,6 +430,16 @@ TEST(FathomSelect, OneSelectorServesStoresOfEveryShapeInTurn) {
   EXPECT_EQ(reused.last_depths().size(), static_cast<std::size_t>(2 * d));
   EXPECT_EQ(reused.select(small, data.query(1), heads, data.variance.data(), 1), want_small);
   EXPECT_EQ(reused.last_depths().size(), static_cast<std::size_t>(d));
+  // Seeded (SelectorConfig::seeded): the score ranges kept between calls restart at each change of
+  // shape, and the selections stay the same (the CPU twin writes the ranges, ignores the seeds).
+  SelectorConfig seeded_config = config;
+  seeded_config.seeded = true;
+  FathomSelector seeded(Backend::cpu, seeded_config);
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(seeded.select(small, data.query(1), heads, data.variance.data(), 1), want_small);
+    EXPECT_EQ(seeded.select(large, queries.data(), heads, data.variance.data(), 1), want_large);
+    EXPECT_EQ(seeded.select(large, queries.data(), heads, data.variance.data(), 1), want_large);
+  }
 }
 
 TEST(FathomWorkload, CalibrationQueriesAreHeldOut) {
