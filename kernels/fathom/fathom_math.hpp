@@ -226,6 +226,17 @@ HISPARSE_HD std::uint64_t selection_key(float score, std::uint32_t position) {
 HISPARSE_HD std::uint32_t selection_key_position(std::uint64_t key) {
   return 0xffffffffu - static_cast<std::uint32_t>(key & 0xffffffffu);
 }
+/// Positions [first, end) of a stream of n tokens outside its sinks and its recent window: the
+/// tokens each head's top `keep` is chosen from (sinks and recent tokens are always selected).
+struct EligibleWindow {
+  std::int64_t first = 0, end = 0;
+  [[nodiscard]] HISPARSE_HD std::int64_t size() const { return end - first; }
+};
+HISPARSE_HD EligibleWindow eligible_window(std::int64_t n, std::int32_t sinks,
+                                           std::int32_t recent) {
+  const std::int64_t first = n < sinks ? n : sinks;
+  return {first, n - recent > first ? n - recent : first};
+}
 /// The filter a seed score gives a streaming top-k: every key of a score >= seed lies above it,
 /// every key of a lower score at or below it. 0 (no filter) for a NaN or -infinity seed.
 HISPARSE_HD std::uint64_t seed_threshold(float seed) {

@@ -261,14 +261,14 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int tile_end = staged ? tiles
                               : min(tiles, static_cast<int>(static_cast<std::int64_t>(tiles) *
                                                             (chunk + 1) / stream_chunks));
-  const int first_eligible = static_cast<int>(n < a.sinks ? n : a.sinks);
-  const int end_eligible =
-      static_cast<int>(n - a.recent > first_eligible ? n - a.recent : first_eligible);
+  const EligibleWindow window = eligible_window(n, a.sinks, a.recent);
+  const int first_eligible = static_cast<int>(window.first);
+  const int end_eligible = static_cast<int>(window.end);
   // The launcher's second pass (seeded selection): a stream runs again, without its seed, only
   // where some head's candidates over every chunk did not reach min(keep, eligible tokens).
   if constexpr (!staged) {
     if (ws.rescan != 0) {
-      const int need = min(a.keep, end_eligible - first_eligible);
+      const int need = static_cast<int>(min(static_cast<std::int64_t>(a.keep), window.size()));
       bool proven = true;
       for (int h = 0; h < heads; ++h)
         proven = proven && ws.seed_hits[static_cast<std::int64_t>(s) * heads + h] >= need;
@@ -793,8 +793,8 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   int* scratch = reinterpret_cast<int*>(smem + m.scratch);
   const int s = blockIdx.x, tid = threadIdx.x;
   const std::int64_t n = a.lengths[s];
-  const std::int64_t first_eligible = n < a.sinks ? n : a.sinks;
-  const std::int64_t end_eligible = n - a.recent > first_eligible ? n - a.recent : first_eligible;
+  const EligibleWindow window = eligible_window(n, a.sinks, a.recent);
+  const std::int64_t first_eligible = window.first, end_eligible = window.end;
   const int fixed = static_cast<int>(first_eligible + (n - end_eligible));
   // Both scan passes are done: the seeded selection's counters start the next launch at zero.
   if (ws.seed_hits != nullptr && tid < a.heads)

@@ -112,19 +112,25 @@ void plane_scores_quantized_ref(const PlaneScanArgs& args, std::int32_t s, std::
   }
 }
 
+namespace {
+// The selection keys of one head's eligible tokens (row: that head's scores).
+void eligible_keys(const float* row, EligibleWindow window, std::vector<std::uint64_t>& keys) {
+  keys.clear();
+  for (std::int64_t i = window.first; i < window.end; ++i)
+    keys.push_back(selection_key(row[i], static_cast<std::uint32_t>(i)));
+}
+}  // namespace
+
 std::int64_t select_from_scores_ref(const float* scores, std::int32_t heads, std::int64_t n,
                                     std::int32_t keep, std::int32_t sinks, std::int32_t recent,
                                     std::int32_t* out) {
   std::vector<std::int32_t> chosen;
-  const std::int64_t first_eligible = std::min<std::int64_t>(sinks, n);
-  const std::int64_t end_eligible = std::max<std::int64_t>(first_eligible, n - recent);
-  for (std::int64_t i = 0; i < first_eligible; ++i) chosen.push_back(static_cast<std::int32_t>(i));
-  for (std::int64_t i = end_eligible; i < n; ++i) chosen.push_back(static_cast<std::int32_t>(i));
+  const EligibleWindow window = eligible_window(n, sinks, recent);
+  for (std::int64_t i = 0; i < window.first; ++i) chosen.push_back(static_cast<std::int32_t>(i));
+  for (std::int64_t i = window.end; i < n; ++i) chosen.push_back(static_cast<std::int32_t>(i));
   std::vector<std::uint64_t> keys;
   for (int h = 0; h < heads; ++h) {
-    keys.clear();
-    for (std::int64_t i = first_eligible; i < end_eligible; ++i)
-      keys.push_back(selection_key(scores[h * n + i], static_cast<std::uint32_t>(i)));
+    eligible_keys(scores + h * n, window, keys);
     const std::size_t take = std::min<std::size_t>(keys.size(), static_cast<std::size_t>(keep));
     std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(take), keys.end(),
                      std::greater<>());
@@ -139,14 +145,11 @@ std::int64_t select_from_scores_ref(const float* scores, std::int32_t heads, std
 
 void score_range_ref(const float* scores, std::int32_t heads, std::int64_t n, std::int32_t keep,
                      std::int32_t sinks, std::int32_t recent, float* out) {
-  const std::int64_t first_eligible = std::min<std::int64_t>(sinks, n);
-  const std::int64_t end_eligible = std::max<std::int64_t>(first_eligible, n - recent);
+  const EligibleWindow window = eligible_window(n, sinks, recent);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<std::uint64_t> keys;
   for (int h = 0; h < heads; ++h) {
-    keys.clear();
-    for (std::int64_t i = first_eligible; i < end_eligible; ++i)
-      keys.push_back(selection_key(scores[h * n + i], static_cast<std::uint32_t>(i)));
+    eligible_keys(scores + h * n, window, keys);
     out[2 * h] = out[2 * h + 1] = nan;
     if (keys.empty()) continue;
     out[2 * h + 1] =
