@@ -170,6 +170,91 @@ __device__ __forceinline__ void wait_landed(const std::int32_t* flag, int parts)
   }
 }
 
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// What the scan needs per scale group (slots ordered, queries of the block's stream in shared
+// memory), for write_group_record.
+struct GroupRecordInputs {
+  const int* slot_channel;
+  const std::uint8_t* magnitudes;  ///< [slot] |o| of the slot's depth
+  const float* queries;            ///< [heads_pad][slots_pad]
+  int slots, scaled, slots_read, heads_pad;
+};
+
+// One scale group's scoring record (ScanRecordLayout), computed by one warp into `rec` (16-byte
+// aligned) with `group_max` (slots_pad floats) as scratch, one lane per slot: the group's largest
+// scale per slot, the blocks' multipliers, the 8-bit weights and shifts per head, and the
+// constant terms (one MMA per 32 slots, plane_scan_fragments.hpp). The same arithmetic as the
+// staged path's prep, so the two give the same bits; being one warp's work, it needs no block
+// barrier. `scales`: the stream's scales (`layout`); the group starts at block `first_block`,
+// and its blocks from `blocks_here` on hold no token.
+__device__ void write_group_record(const GroupRecordInputs& in, const PlaneLayout& layout,
+                                   const std::uint16_t* scales, std::int64_t first_block,
+                                   int blocks_here, ScanRecordLayout r, unsigned char* rec,
+                                   float* group_max, int lane) {
+  const int sp = r.slots_pad, hp = in.heads_pad;
+  std::uint8_t* mults = rec + r.multipliers();
+  for (int sl = lane; sl < in.slots; sl += 32) {
+    std::uint32_t raw[kScaleGroupBlocks / 2];
+    if (sl < in.scaled) {  // 16 consecutive scales of one channel (both layouts), 32-byte aligned
+      const auto* src = reinterpret_cast<const uint4*>(
+          scales + layout.scale_index(first_block, in.slot_channel[sl]));
+      const uint4 lo = src[0], hi = src[1];
+      raw[0] = lo.x, raw[1] = lo.y, raw[2] = lo.z, raw[3] = lo.w;
+      raw[4] = hi.x, raw[5] = hi.y, raw[6] = hi.z, raw[7] = hi.w;
+    } else {  // sign reads have no scale row: 1 in every block that holds tokens
+#pragma unroll
+      for (int j = 0; j < kScaleGroupBlocks / 2; ++j) raw[j] = 0x3c003c00u;  // fp16 1.0
+    }
+    // Block j's scale, 0 past the stream's end.
+    const auto block_scale = [&](int j) {
+      const auto half = static_cast<std::uint16_t>(raw[j / 2] >> (16 * (j & 1)));
+      return j < blocks_here ? scale_value(half) : 0.0f;
+    };
+    float gm = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kScaleGroupBlocks; ++j) gm = group_scale_max(gm, block_scale(j));
+    const float step = scale_step(gm);
+#pragma unroll
+    for (int j = 0; j < kScaleGroupBlocks; ++j)
+      mults[j * sp + sl] = static_cast<std::uint8_t>(scale_multiplier_by(block_scale(j), step));
+    group_max[sl] = gm;
+  }
+  __syncwarp();
+  auto* weights = reinterpret_cast<std::int8_t*>(rec + r.weights());
+  auto* shifts = reinterpret_cast<int*>(rec + r.shifts());
+  for (int h = 0; h < hp; ++h) {
+    const float* q = in.queries + h * sp;
+    float max_abs = 0.0f;
+    for (int sl = lane; sl < in.slots; sl += 32)
+      max_abs = fmaxf(max_abs, fabsf(q[sl] * group_max[sl]));
+    const int shift = weight_shift(
+        detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs))));
+    for (int sl = lane; sl < in.slots_read; sl += 32)
+      weights[mma::weight_index(h, sl, sp)] = static_cast<std::int8_t>(
+          sl < in.slots ? quantize_weight(q[sl] * group_max[sl], shift) : 0);
+    if (lane == 0) shifts[h] = shift;
+  }
+  __syncwarp();
+  int term[4] = {0, 0, 0, 0};
+  for (int k0 = 0; k0 < in.slots_read; k0 += 2 * mma::kSlotsPerWord) {
+    std::uint32_t af[4], bf[2];
+    mma::offset_fragments(mults, in.magnitudes, rec + r.weights(), sp, hp, k0, in.slots_read, lane,
+                          af, bf);
+    mma::mma_u8s8(term, af, bf);
+  }
+  if (2 * (lane % 4) < hp) {  // columns 2t, 2t + 1 of rows g, g + 8; heads_pad is even
+    int* at = reinterpret_cast<int*>(rec + r.terms()) + (lane / 4) * hp + 2 * (lane % 4);
+    at[0] = -term[0];
+    at[1] = -term[1];
+    at[8 * hp] = -term[2];
+    at[8 * hp + 1] = -term[3];
+  }
+  __syncwarp();
+}
+
 // Fused scan + streaming top-k of one chunk of one stream (plane_scan_fragments.hpp has the
 // register layout). Per tile of tile_blocks blocks: cp.async stages the active plane units and
 // scales of the next tile while this one is scored; a prep pass quantizes the weights of every
@@ -205,9 +290,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto* unit_code = reinterpret_cast<int*>(smem + m.unit_code);
   std::uint8_t* wts = smem + m.weights;        // [group][head][slot] (weight_index), int8
   std::uint8_t* mults = smem + m.multipliers;  // [block][slot]
-  auto* gmax = reinterpret_cast<float*>(smem + m.group_max);   // [group][slot]
-  auto* shifts = reinterpret_cast<int*>(smem + m.shifts);      // [group][head]
-  auto* min_sums = reinterpret_cast<int*>(smem + m.min_sums);  // [group][head]
+  auto* gmax = reinterpret_cast<float*>(smem + m.group_max);  // [group][slot]
+  auto* shifts = reinterpret_cast<int*>(smem + m.shifts);     // [group][head]
   auto* counts = reinterpret_cast<int*>(smem + m.counts);
   auto* thr = reinterpret_cast<std::uint64_t*>(smem + m.thr);
   auto* hist = reinterpret_cast<int*>(smem + m.hist);
@@ -328,6 +412,46 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
                 : 0.0f;
   }
   __syncthreads();
+  const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
+  const int slots_read = steps2 * mma::kSlotsPerWord;
+
+  // Prologue (planes not staged): the scoring record of every scale group of the chunk, one warp
+  // per group in a scratch record inside the (still empty) candidate buffers, copied to
+  // ws.records; the tile loop then stages records with the planes instead of quantizing weights
+  // between barriers (H200: 1-2% faster at budget 48, 8-13% at 128; PERF_LOG 2026-12-04). A
+  // rescan pass finds its chunk's records written by the first pass.
+  if constexpr (!staged) {
+    if (ws.rescan == 0) {
+      const int scratch_bytes = m.record.bytes() + 4 * sp;
+      const int writers = min(
+          kWarps, static_cast<int>(static_cast<std::int64_t>(heads) * m.cap * 8 / scratch_bytes));
+      const int group_end =
+          min(tile_end * m.groups, (nb + kScaleGroupBlocks - 1) / kScaleGroupBlocks);
+      if (warp < writers) {
+        auto* rec = reinterpret_cast<unsigned char*>(buf) + warp * scratch_bytes;
+        auto* group_max = reinterpret_cast<float*>(rec + m.record.bytes());
+        const GroupRecordInputs in{slot_channel, magnitudes, qs, n_slots, n_scaled, slots_read, hp};
+        const std::uint16_t* scales =
+            a.scales + static_cast<std::int64_t>(s) * a.layout.scales_per_stream();
+        for (int g = tile_begin * m.groups + warp; g < group_end; g += writers) {
+          const int first_block = g * kScaleGroupBlocks;
+          if (g + writers < group_end)  // the warp's next group: its scales wait in L2
+            for (int sl = lane; sl < n_scaled; sl += 32)
+              prefetch_l2(scales + a.layout.scale_index(first_block + writers * kScaleGroupBlocks,
+                                                        slot_channel[sl]));
+          write_group_record(in, a.layout, scales, first_block, nb - first_block, m.record, rec,
+                             group_max, lane);
+          auto* out = reinterpret_cast<uint4*>(
+              ws.records +
+              (static_cast<std::int64_t>(s) * ws.records_per_stream + g) * m.record.bytes());
+          for (int i = lane; i < m.record.bytes() / 16; i += 32)
+            out[i] = reinterpret_cast<const uint4*>(rec)[i];
+          __syncwarp();  // the scratch record is read before the next group overwrites it
+        }
+      }
+      __syncthreads();  // the records are in memory before the tiles stage them
+    }
+  }
 
   // Stage one tile: 16-byte pieces of tb words per active (channel, plane) and tb scales per
   // slot that reads scales (sign reads, the last slots, read none). Pieces of blocks past the stream's end are skipped (never read). Staged host planes
@@ -364,27 +488,31 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
     }
     std::uint16_t* dst_s = scales_s + st * (m.scales_stage / 2);
-    const int pieces_s_log2 = tb_log2 - 3, pieces_s = tb / 8;
-    for (int i = tid; i < n_scaled * pieces_s; i += THREADS) {
-      const int sl = i >> pieces_s_log2, c = i & (pieces_s - 1);
-      const int b = b0 + 8 * c;
-      if (b < nb) {
-        const std::int64_t from =
-            staged ? sl * stride + b : slot_channel[sl] * stride + a.layout.block_offset(b, 1);
-        cp_async16(dst_s + sl * tb + 8 * c, scales + from);
+    if constexpr (staged) {
+      const int pieces_s_log2 = tb_log2 - 3, pieces_s = tb / 8;
+      for (int i = tid; i < n_scaled * pieces_s; i += THREADS) {
+        const int sl = i >> pieces_s_log2, c = i & (pieces_s - 1);
+        const int b = b0 + 8 * c;
+        if (b < nb) cp_async16(dst_s + sl * tb + 8 * c, scales + sl * stride + b);
       }
+    } else {  // the records of the tile's groups that hold tokens (written by the prologue)
+      const int pieces = min(m.groups, (nb - b0 + kScaleGroupBlocks - 1) / kScaleGroupBlocks) *
+                         (m.record.bytes() / 16);
+      const unsigned char* src =
+          ws.records + (at * ws.records_per_stream + static_cast<std::int64_t>(tile) * m.groups) *
+                           m.record.bytes();
+      auto* dst = reinterpret_cast<unsigned char*>(dst_s);
+      for (int i = tid; i < pieces; i += THREADS) cp_async16(dst + 16 * i, src + 16 * i);
     }
     cp_async_commit();
   };
 
-  // Scale multipliers of every (block, slot) and weights of every (scale group, head) of a staged
-  // tile. First every thread takes four blocks of one slot, 4 consecutive lanes per group and
-  // slot: the group's largest scale by shuffles, then the blocks' multipliers. Then one warp per
-  // (group, head), one lane per slot: the 8-bit weights, their shift and the smallest integer sum
-  // that can still enter the head's candidates; then the constant terms, one warp per group.
-  // Slots past 16 x steps are never read.
-  const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
-  const int slots_read = steps2 * mma::kSlotsPerWord;
+  // Staged host planes arrive round by round, so their tiles are prepared in the tile loop (the
+  // same values as write_group_record's): scale multipliers of every (block, slot) and weights of
+  // every (scale group, head). First every thread takes four blocks of one slot, 4 consecutive
+  // lanes per group and slot: the group's largest scale by shuffles, then the blocks'
+  // multipliers. Then one warp per (group, head), one lane per slot: the 8-bit weights and their
+  // shift; then the constant terms, one warp per group. Slots past 16 x steps are never read.
   // After the prep has turned a tile's scales into multipliers, scale group g's part of the
   // stage (16 x slots_pad x 2 bytes) holds its blocks' constant terms per head ([16][heads_pad]
   // ints); the stage is not refilled before the next tile.
@@ -425,8 +553,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
     }
     __syncthreads();
-    // The 8-bit weights, their shift and the smallest integer sum that can still enter the head's
-    // candidates, one warp per (scale group, head): with one warp per
+    // The 8-bit weights and their shift, one warp per (scale group, head): with one warp per
     // group the other warps of the block waited at the barrier, and the prep's weights took
     // 16-26% of the scan (ablation, PERF_LOG 2026-12-03).
 #pragma unroll 1
@@ -448,14 +575,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         wg[mma::weight_index(h, sl, sp)] =
             static_cast<std::int8_t>(live ? quantize_weight(q[sl] * group_scales[sl], shift) : 0);
       }
-      if (lane == 0) {
-        const int e = g * hp + h;
-        shifts[e] = shift;
-        const std::uint64_t t = h < heads ? thr[h] : 0;
-        min_sums[e] =
-            t == 0 ? INT_MIN
-                   : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), shift);
-      }
+      if (lane == 0) shifts[g * hp + h] = shift;
     }
     __syncthreads();
     // The constant term of each group's blocks and heads (plane_scan_fragments.hpp), one warp per
@@ -489,13 +609,29 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto score_round = [&](int tile, int st, int w0) {
     const std::uint64_t* tw = words_s + st * (m.words_stage / 8);
     const int g = w0 / kScaleGroupBlocks;
-    const std::uint8_t* wb = wts + static_cast<std::int64_t>(g) * hp * sp;
-    const int* terms = group_terms(st, g);
+    // The group's multipliers [16][slots_pad], weights, constant terms and shifts: a staged
+    // record (ScanRecordLayout) or what the prep wrote.
+    const std::uint8_t *group_mults, *wb;
+    const int *terms, *group_shifts;
+    if constexpr (staged) {
+      group_mults = mults + g * kScaleGroupBlocks * sp;
+      wb = wts + static_cast<std::int64_t>(g) * hp * sp;
+      terms = group_terms(st, g);
+      group_shifts = shifts + g * hp;
+    } else {
+      const unsigned char* rec =
+          reinterpret_cast<const unsigned char*>(scales_s + st * (m.scales_stage / 2)) +
+          g * m.record.bytes();
+      group_mults = rec + m.record.multipliers();
+      wb = rec + m.record.weights();
+      terms = reinterpret_cast<const int*>(rec + m.record.terms());
+      group_shifts = reinterpret_cast<const int*>(rec + m.record.shifts());
+    }
     const std::uint8_t* bm[kPerWarp];
     bool live[kPerWarp];
 #pragma unroll
     for (int k = 0; k < kPerWarp; ++k) {
-      bm[k] = mults + (w0 + k * kWarps) * sp;
+      bm[k] = group_mults + ((w0 + k * kWarps) % kScaleGroupBlocks) * sp;
       live[k] = tile * tb + w0 + k * kWarps < nb;
     }
     int acc[kPerWarp][kPairs][4];
@@ -526,7 +662,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         }
       }
     }
-    // Per pair: this lane's head, its shift and the smallest sum that can enter (per group).
+    // Per pair: this lane's head, its shift and the smallest sum that can enter at the head's
+    // current threshold.
     int shift[kPairs], least[kPairs];
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
@@ -534,8 +671,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       shift[p] = kNoWeights;
       least[p] = INT_MAX;
       if (p < pairs && h < heads) {
-        shift[p] = shifts[g * hp + h];
-        least[p] = min_sums[g * hp + h];
+        shift[p] = group_shifts[h];
+        const std::uint64_t t = thr[h];
+        least[p] =
+            t == 0 ? INT_MIN
+                   : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), shift[p]);
       }
     }
 #pragma unroll
@@ -630,8 +770,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       cp_async_wait<0>();
     }
     __syncthreads();
-    prep(tile, st);
-    __syncthreads();
+    if constexpr (staged) {
+      prep(tile, st);
+      __syncthreads();
+    }
     for (int r = 0; r < tb / (kWarps * kPerWarp); ++r) {
       const int w0 = r * kWarps * kPerWarp + warp;
       near_full = false;
@@ -988,6 +1130,10 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
   }
   // Seeded selection: the seeded pass, then a pass that rescans unseeded only the streams whose
   // seed some head's candidates did not prove (its blocks return at once everywhere else).
+  if (!ws.staging.enabled() && (ws.records == nullptr || ws.record_bytes != scan.record.bytes()))
+    throw Error("fathom scan: workspace", "no scoring records of this plan's size",
+                "use PlaneScan, or give PlaneScanWorkspace::records of record_bytes_total() bytes "
+                "from plan_scan_workspace()");
   const bool seeded = args.seed_range != nullptr && !ws.staging.enabled();
   if (seeded && ws.seed_hits == nullptr)
     throw Error("fathom scan: seed_range", "a seeded scan without the workspace's seed_hits",

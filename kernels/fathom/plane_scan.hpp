@@ -148,6 +148,14 @@ struct PlaneScanWorkspace {
   std::int32_t* seed_hits = nullptr;
   /// Set by the launcher for its second scan pass: only streams whose seed was not proven run.
   std::int32_t rescan = 0;
+  /// Scoring records (planes not staged): [streams][records_per_stream] records of
+  /// record_bytes (ScanRecordLayout), one per scale group of 16 blocks. Each scan block writes
+  /// the records of its own chunk before its tile loop, one warp per group with no block
+  /// barrier, then streams them with the planes; a rescan pass reuses them. Staged host planes
+  /// arrive round by round and keep the prep inside the tile loop.
+  std::uint8_t* records = nullptr;
+  std::int32_t record_bytes = 0;
+  std::int64_t records_per_stream = 0;
   /// Shape of the host staging when plan_scan_workspace was asked for it (pointers are the
   /// owner's to set; left null, the scan reads host planes directly).
   PlaneStaging staging;
@@ -161,6 +169,25 @@ struct PlaneScanWorkspace {
   [[nodiscard]] std::int64_t count_entries(const PlaneScanArgs& a) const {
     return static_cast<std::int64_t>(a.streams) * a.heads * chunks;
   }
+  [[nodiscard]] std::int64_t record_bytes_total(const PlaneScanArgs& a) const {
+    return static_cast<std::int64_t>(a.streams) * records_per_stream * record_bytes;
+  }
+};
+
+/// Byte offsets inside one scale group's scoring record: the block multipliers [16][slots_pad]
+/// (u8), the 8-bit weights [heads_pad][slots_pad] (mma::weight_index), minus each block's
+/// constant term [16][heads_pad] (int) and the weight shifts [heads_pad] (int), 16-byte aligned.
+/// The tile loop reads a group's parameters from this layout in both paths: the staged path's
+/// prep writes it into shared memory, the others stage records written by the block itself.
+struct ScanRecordLayout {
+  int slots_pad = 0, heads_pad = 0;
+  [[nodiscard]] HISPARSE_HD int multipliers() const { return 0; }
+  [[nodiscard]] HISPARSE_HD int weights() const { return kScaleGroupBlocks * slots_pad; }
+  [[nodiscard]] HISPARSE_HD int terms() const { return weights() + heads_pad * slots_pad; }
+  [[nodiscard]] HISPARSE_HD int shifts() const {
+    return terms() + kScaleGroupBlocks * heads_pad * 4;
+  }
+  [[nodiscard]] HISPARSE_HD int bytes() const { return (shifts() + heads_pad * 4 + 15) / 16 * 16; }
 };
 
 /// Shared-memory plan of one scan block (byte offsets), the same on host and device.
@@ -174,8 +201,11 @@ struct ScanSharedPlan {
   int groups = 0;   ///< scale groups per tile (tile_blocks / kScaleGroupBlocks)
   std::int64_t queries = 0, slot_channel = 0, slot_info = 0, magnitudes = 0, unit_code = 0,
                words = 0, scales = 0, weights = 0, multipliers = 0, group_max = 0, shifts = 0,
-               min_sums = 0, counts = 0, thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
+               counts = 0, thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
   std::int64_t words_stage = 0, scales_stage = 0;  ///< bytes of one pipeline stage
+  /// One scale group's scoring record. A stage's `scales` hold the tile's scales (staged host
+  /// planes) or its groups' records (the other paths).
+  ScanRecordLayout record;
 };
 /// Throws Error (naming top_k and the budget) when it exceeds the scan's shared-memory budget.
 /// `variant` indexes kScanVariants (threads per block, shared-memory target, slack).

@@ -213,8 +213,9 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   SharedLayout layout;
   const auto take = [&](std::int64_t bytes) { return layout.take(bytes); };
   const std::int64_t tb = tile_blocks, hp = m.heads_pad, sp = m.slots_pad;
+  m.record = ScanRecordLayout{m.slots_pad, m.heads_pad};
   m.words_stage = align16(m.units_cap * tb * 8);
-  m.scales_stage = align16(sp * tb * 2);
+  m.scales_stage = align16(std::max(sp * tb * 2, tb / kScaleGroupBlocks * m.record.bytes()));
   // After the prep the kernel keeps a scale group's blocks' constant terms (16 x heads_pad ints)
   // in the group's part of a stage's scales (16 x slots_pad x 2 bytes): slots_pad >= 16 >= 2 x
   // heads_pad.
@@ -239,7 +240,6 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   m.multipliers = take(tb * sp);
   m.group_max = take(groups * sp * 4);
   m.shifts = take(groups * hp * 4);
-  m.min_sums = take(groups * hp * 4);
   m.counts = take(kMaxGroupHeads * 4);
   m.thr = take(kMaxGroupHeads * 8);
   m.hist = take(256 * 4);
@@ -265,6 +265,12 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
                             budget, kScanSharedBudget / 1024),
                 "lower top_k or the plane budget");
   m.cap = static_cast<int>(args.keep + slack);
+  // The prologue's scratch records (a record and slots_pad floats per warp) live in the candidate
+  // buffers before the first candidate; one warp's must fit.
+  const std::int64_t scratch = m.record.bytes() + 4 * sp;
+  const std::int64_t heads_at_least_one = std::max(1, args.heads);
+  m.cap = static_cast<int>(std::max<std::int64_t>(
+      m.cap, (scratch + 8 * heads_at_least_one - 1) / (8 * heads_at_least_one)));
   m.buf = take(static_cast<std::int64_t>(args.heads) * m.cap * 8);
   m.total = layout.size();
   return m;
@@ -442,6 +448,8 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   if (!staged) {
     plan_work_sized_chunks(ws, head_budgets, streams, tiles_max,
                            static_cast<std::int64_t>(resident), max_chunks);
+    ws.record_bytes = plan_scan_shared(args, budget, tile, variant).record.bytes();
+    ws.records_per_stream = tiles_max * (tile / kScaleGroupBlocks);
   } else {
     PlaneStaging& st = ws.staging;
     st.units_cap = static_cast<std::int32_t>(units);

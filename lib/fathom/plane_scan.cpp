@@ -54,6 +54,8 @@ void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stre
   };
   ws.candidates = grow(candidates_, ws.candidate_words(args), "fathom scan candidates");
   ws.candidate_counts = grow(counts_, ws.count_entries(args), "fathom scan counts");
+  if (ws.record_bytes > 0)
+    ws.records = grow(records_, ws.record_bytes_total(args), "fathom scan records");
   if (kf::PlaneStaging& st = ws.staging; st.copy_blocks > 0) {
     // One step's active planes in HBM; the flags end with the copy blocks' role ticket.
     st.words = grow(staged_words_, st.word_count(args.streams), "fathom staged planes");

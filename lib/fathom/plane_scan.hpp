@@ -61,6 +61,7 @@ class PlaneScan {
   Buffer<std::uint64_t> candidates_;
   Buffer<std::int32_t> counts_;
   Buffer<std::int32_t> seed_hits_;  ///< PlaneScanWorkspace::seed_hits, when a run is seeded
+  Buffer<std::uint8_t> records_;    ///< PlaneScanWorkspace::records (planes not staged)
   Buffer<std::uint64_t> staged_words_;
   Buffer<std::uint16_t> staged_scales_;
   Buffer<std::int32_t> landed_;

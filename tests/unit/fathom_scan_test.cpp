@@ -672,6 +672,40 @@ TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
   EXPECT_GT(big.total, 110 * 1024);
 }
 
+// Scoring records (planes not staged): one per scale group of 16 blocks, sized by the plan's
+// slots and heads, staged in place of a tile's scales, and written from a scratch record in the
+// candidate buffers, which must hold one warp's. Staged host planes keep their prep: no records.
+TEST(FathomScanTwin, ScoringRecordsAreSizedPerScaleGroup) {
+  const kf::ScanRecordLayout r{48, 4};  // budget 48 at head_dim 128, a GQA group of 4
+  EXPECT_EQ(r.weights(), 16 * 48);
+  EXPECT_EQ(r.terms(), 16 * 48 + 4 * 48);
+  EXPECT_EQ(r.shifts(), 16 * 48 + 4 * 48 + 16 * 4 * 4);
+  EXPECT_EQ(r.bytes(), 1232);  // 1216 + 4 shifts, to 16 bytes
+  kf::PlaneScanArgs a = microbench_shape(8, 1048576);
+  const auto ws = kf::plan_scan_workspace(a, 48, 132);
+  const auto plan = kf::plan_scan_shared(a, 48, ws.tile_blocks);
+  EXPECT_EQ(ws.record_bytes, plan.record.bytes());
+  EXPECT_EQ(ws.records_per_stream, 1048576 / 1024);
+  EXPECT_EQ(ws.record_bytes_total(a), 8LL * 1024 * ws.record_bytes);
+  EXPECT_GE(plan.scales_stage, ws.tile_blocks / 16 * plan.record.bytes());
+  // One query head, head_dim 256 with a slot per channel, 4-warp blocks: the smallest candidate
+  // buffers still hold a scratch record (and slots_pad floats).
+  kf::PlaneScanArgs wide;
+  wide.layout.channels = 256;
+  wide.heads = 1;
+  wide.keep = 1;
+  wide.streams = 1;
+  wide.max_tokens = 4096;
+  const auto small = kf::plan_scan_shared(wide, 256, 16, 1);
+  EXPECT_EQ(small.slots_pad, 256);
+  EXPECT_GE(8LL * small.cap, small.record.bytes() + 4 * 256);
+  a.layout.kind = kf::PlaneLayoutKind::host;
+  const auto staged = kf::plan_scan_workspace(a, 48, 132, 0, {true});
+  EXPECT_EQ(staged.record_bytes, 0);
+  EXPECT_EQ(staged.records_per_stream, 0);
+  EXPECT_GT(kf::plan_scan_workspace(a, 48, 132, 0, {false}).record_bytes, 0);  // read in place
+}
+
 TEST(FathomScanTwin, ChunksFillWholeWavesOfScanBlocks) {
   kf::PlaneScanArgs a = microbench_shape();
   const auto chunks = [&](std::int32_t streams, std::int64_t tokens) {
