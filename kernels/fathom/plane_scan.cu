@@ -463,9 +463,6 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     const std::uint64_t* words = staged
                                      ? staging.words + at * staging.units_cap * staging.blocks_cap
                                      : a.words + at * a.layout.words_per_stream();
-    const std::uint16_t* scales = staged
-                                      ? staging.scales + at * staging.slots_cap * staging.blocks_cap
-                                      : a.scales + at * a.layout.scales_per_stream();
     if constexpr (staged) {
       if (tid == 0)
         wait_landed(staging.landed + at * staging.rounds + tile / ws.chunks, staging.parts);
@@ -493,7 +490,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       for (int i = tid; i < n_scaled * pieces_s; i += THREADS) {
         const int sl = i >> pieces_s_log2, c = i & (pieces_s - 1);
         const int b = b0 + 8 * c;
-        if (b < nb) cp_async16(dst_s + sl * tb + 8 * c, scales + sl * stride + b);
+        if (b < nb)
+          cp_async16(dst_s + sl * tb + 8 * c,
+                     staging.scales + (at * staging.slots_cap + sl) * stride + b);
       }
     } else {  // the records of the tile's groups that hold tokens (written by the prologue)
       const int pieces = min(m.groups, (nb - b0 + kScaleGroupBlocks - 1) / kScaleGroupBlocks) *
