@@ -91,7 +91,10 @@ constexpr int stage_copy_blocks(int streams) {
 /// (PlaneStaging::copy_clock) at 128K x 64 streams, budget 48 (384-byte runs per round, 64 copy
 /// blocks; PERF_LOG 2026-12-03) ran at 88.6% of PCIe with 1 round per step, 90.6% with 2 and
 /// 91.7% with 4 (1268 / 1249 / 1254 us for the step); 16 rounds per step delayed the first
-/// round (1324 us). 1M x 8 streams (3,200-byte runs) kept one round.
+/// round (1324 us). 1M x 8 streams (3,200-byte runs) kept one round. 1.5 KB (4 rounds there, 3
+/// before at 1 KB; A/B of 2026-12-04, 3 x 20 iterations, PERF_LOG): the transfer at 128K x 64
+/// streams 90.3-90.8% -> 91.5-92.6%, the step 1262 -> 1246 us; 1M x 64 streams 9612 -> 9449 us;
+/// 1M x 8 and 128K x 8 streams unchanged.
 /// Past kStageManyRuns runs per round the pages' address translations no longer last from one
 /// round to the next (on the H200 VM, the hypervisor's IOMMU), so such a copy moves at least
 /// kStageManyRunsStepBytes of each run per step. H200, 256 streams (batch 32), 2 chunks x
@@ -99,7 +102,7 @@ constexpr int stage_copy_blocks(int streams) {
 /// 353 -> 105 -> 103 ms (25% -> 85% of PCIe), B48 1M 45.3 -> 44.0 -> 43.7 ms, B48 128K 6.05 ->
 /// 5.37 -> 5.12 ms, B128 128K 13.6 -> 12.5 -> 12.4 ms (before the stream-by-stream copy of
 /// plane_stage.cuh).
-inline constexpr std::int64_t kStageStepRunBytes = 1024;
+inline constexpr std::int64_t kStageStepRunBytes = 1536;
 inline constexpr std::int64_t kStageManyRuns = 8192;
 inline constexpr std::int64_t kStageManyRunsStepBytes = 8192;
 /// Rounds per copy step (PlaneStaging::rounds_per_copy) for `streams` streams of at most `units`

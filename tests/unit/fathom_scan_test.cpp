@@ -819,7 +819,7 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(ws.staging.rounds_per_copy, 1);
   // 256 streams (batch 32): 2 chunks x 16-block tiles make 256-byte runs, and 256 x 48 runs per
   // round exceed kStageManyRuns, so a copy step moves 8 KB of each run: 32 rounds. 64 streams
-  // (3,072 runs per round of 3 chunks: 384 bytes) move at least 1 KB per step: 3 rounds.
+  // (3,072 runs per round of 3 chunks: 384 bytes) move at least 1.5 KB per step: 4 rounds.
   a.streams = 256;
   const auto many = kf::plan_scan_workspace(a, 48, 132, 0, {true});
   EXPECT_EQ(many.chunks, 2);
@@ -829,14 +829,14 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true, 0, 2}).staging.rounds_per_copy, 2);
   a.streams = 64;
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).chunks, 3);
-  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.rounds_per_copy, 3);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132, 0, {true}).staging.rounds_per_copy, 4);
   a.streams = 8;
   // The rule itself: at most the rounds there are; 8 KB per run and step past 8,192 runs per
-  // round (256 x 48), else 1 KB (256 x 32 runs of 256 bytes: 4 rounds); longer runs take one.
+  // round (256 x 48), else 1.5 KB (256 x 32 runs of 256 bytes: 6 rounds); longer runs take one.
   EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 32, 512), 32);
   EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 32, 20), 20);
   EXPECT_EQ(kf::stage_rounds_per_copy(256, 48, 1024, 512), 1);
-  EXPECT_EQ(kf::stage_rounds_per_copy(256, 32, 32, 512), 4);
+  EXPECT_EQ(kf::stage_rounds_per_copy(256, 32, 32, 512), 6);
   EXPECT_EQ(kf::stage_rounds_per_copy(8, 48, 400, 41), 1);
   EXPECT_EQ(kf::stage_rounds_per_copy(8, 48, 100, 41), 2);
   EXPECT_EQ(test::error_message([&] {
