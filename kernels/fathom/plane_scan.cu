@@ -174,6 +174,28 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Seeded selection: calls visit(stream, rank) on the thread that holds each stream whose seed
+// was not proven (seed_proven), rank being its place among them in stream order, and returns
+// how many there are. Every thread of the block calls it; `scratch` holds a BlockScan, and the
+// block has passed a barrier on return.
+template <class Visit>
+__device__ int for_each_unproven(const PlaneScanArgs& a, const PlaneScanWorkspace& ws, int* scratch,
+                                 Visit visit) {
+  BlockScan scan(scratch);
+  const int threads = static_cast<int>(blockDim.x);
+  int unproven = 0;
+  for (int s0 = 0; s0 < a.streams; s0 += threads) {
+    const int s = s0 + static_cast<int>(threadIdx.x);
+    const bool flag = s < a.streams && !seed_proven(a, ws.seed_hits, s);
+    int total = 0;
+    const int rank = scan.exclusive_count(flag, total);
+    if (flag) visit(s, unproven + rank);
+    unproven += total;
+  }
+  __syncthreads();
+  return unproven;
+}
+
 // What the scan needs per scale group (slots ordered, queries of the block's stream in shared
 // memory), for write_group_record.
 struct GroupRecordInputs {
@@ -270,7 +292,12 @@ __device__ void write_group_record(const GroupRecordInputs& in, const PlaneLayou
 // staging area; the others are compiled without any of it, so HBM and direct host scans keep
 // their code (the copy role in the same instance cost the direct host scan 2x and the HBM scan
 // 7%, measured).
-template <int THREADS, int MIN_BLOCKS, int MAX_HEADS, int GROUP = 0, bool STAGED = false>
+// RESCAN: the seeded selection's second pass, whose blocks take their stream and sub-chunk from
+// rescan_share instead of their grid position and write PlaneScanWorkspace::rescan_candidates. A separate instance:
+// the same test at run time cost the first pass 10-13% (12 bytes of spills in the default
+// instance; H200, PERF_LOG 2026-12-04).
+template <int THREADS, int MIN_BLOCKS, int MAX_HEADS, int GROUP = 0, bool STAGED = false,
+          bool RESCAN = false>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     scan_select_kernel(PlaneScanArgs a, PlaneScanWorkspace ws, ScanSharedPlan m) {
   static_assert(GROUP >= 0 && GROUP <= MAX_HEADS);
@@ -299,6 +326,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto* buf = reinterpret_cast<std::uint64_t*>(smem + m.buf);
 
   constexpr bool staged = STAGED;
+  constexpr bool rescan = RESCAN;
+  static_assert(!(staged && rescan), "staged host planes are never seeded");
   const int tid = static_cast<int>(threadIdx.x);
   // Staged host planes: roles by ticket in order of start (1-D grid). The first copy_blocks
   // blocks copy, so the copy is running before any scan block can wait for a round; the others
@@ -315,11 +344,37 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       return;
     }
   }
+  // The launcher's second pass (seeded selection): the streams where some head's candidates over
+  // every chunk did not reach min(keep, eligible tokens) run again without their seed, spread
+  // over the grid (rescan_blocks, rescan_share); the block's lists go to its own grid position
+  // of the rescan lists. [0] stream, [1] sub-chunk, [2] sub-chunks.
+  __shared__ int rescan_target[3];
+  if constexpr (rescan) {
+    const int unproven = for_each_unproven(a, ws, scratch + kScratchScan, [](int, int) {});
+    if (unproven == 0) return;
+    const int block = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
+    const int blocks = rescan_blocks(static_cast<int>(gridDim.x * gridDim.y), unproven,
+                                     a.max_tokens, ws.rescan_sub_tokens);
+    if (block >= blocks) return;
+    const RescanShare share = rescan_share(block, blocks, unproven);
+    for_each_unproven(a, ws, scratch + kScratchScan,
+                      [want = share.rank, target = &rescan_target[0]](int stream, int rank) {
+                        if (rank == want) *target = stream;
+                      });
+    if (tid == 0) {
+      rescan_target[1] = share.sub;
+      rescan_target[2] = share.subs;
+    }
+    __syncthreads();
+  }
   const auto stream_index = [&]() -> int {
-    return staged ? *static_cast<volatile int*>(&role) / ws.chunks : static_cast<int>(blockIdx.y);
+    if constexpr (staged) return *static_cast<volatile int*>(&role) / ws.chunks;
+    if constexpr (rescan) return *static_cast<volatile int*>(&rescan_target[0]);
+    return static_cast<int>(blockIdx.y);
   };
   const int s = stream_index();
-  const int chunk = staged ? role % ws.chunks : static_cast<int>(blockIdx.x);
+  const int chunk =
+      staged ? role % ws.chunks : (rescan ? rescan_target[1] : static_cast<int>(blockIdx.x));
   const int lane = tid % 32, warp = tid / 32;
   const int d = a.layout.channels, tb = m.tile_blocks;
   const int heads = GROUP > 0 ? GROUP : a.heads;
@@ -337,7 +392,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   // and report no candidates. (An early return there made the default instance spill 20 bytes;
   // mapping the grid so that real chunks start first cost the uniform HBM scan 5-10%.)
   const int tile_step = staged ? ws.chunks : 1;
-  const int stream_chunks = staged ? ws.chunks : ws.chunks_of(s);
+  const int stream_chunks = staged ? ws.chunks : (rescan ? rescan_target[2] : ws.chunks_of(s));
   const int tile_begin =
       staged
           ? chunk
@@ -348,20 +403,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const EligibleWindow window = eligible_window(n, a.sinks, a.recent);
   const int first_eligible = static_cast<int>(window.first);
   const int end_eligible = static_cast<int>(window.end);
-  // The launcher's second pass (seeded selection): a stream runs again, without its seed, only
-  // where some head's candidates over every chunk did not reach min(keep, eligible tokens).
-  if constexpr (!staged) {
-    if (ws.rescan != 0) {
-      const int need = static_cast<int>(min(static_cast<std::int64_t>(a.keep), window.size()));
-      bool proven = true;
-      for (int h = 0; h < heads; ++h)
-        proven = proven && ws.seed_hits[static_cast<std::int64_t>(s) * heads + h] >= need;
-      if (proven) return;
-    }
-  }
-  // Entry of (stream, head 0, chunk) in the candidate counts (recomputed where used).
+  // Entry of (stream, head 0, chunk) in the candidate counts (recomputed where used); a rescan
+  // block's own grid position.
   const auto count_base = [&]() -> std::int64_t {
-    return (static_cast<std::int64_t>(stream_index()) * heads) * ws.chunks +
+    const int grid_stream = rescan ? static_cast<int>(blockIdx.y) : stream_index();
+    return (static_cast<std::int64_t>(grid_stream) * heads) * ws.chunks +
            (staged ? *static_cast<volatile int*>(&role) % ws.chunks : static_cast<int>(blockIdx.x));
   };
 
@@ -421,7 +467,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   // between barriers (H200: 1-2% faster at budget 48, 8-13% at 128; PERF_LOG 2026-12-04). A
   // rescan pass finds its chunk's records written by the first pass.
   if constexpr (!staged) {
-    if (ws.rescan == 0) {
+    if constexpr (!rescan) {
       const int scratch_bytes = m.record.bytes() + 4 * sp;
       const int writers = min(
           kWarps, static_cast<int>(static_cast<std::int64_t>(heads) * m.cap * 8 / scratch_bytes));
@@ -806,7 +852,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
         atomicAdd(&ws.seed_hits[static_cast<std::int64_t>(stream_index()) * heads + h], c);
     }
   }
-  if (ws.chunks == 1 && a.score_range != nullptr)  // the lists are the result: no merge runs
+  // One chunk per stream: the lists are the result (the merge runs only for rescanned streams).
+  if (ws.chunks == 1 && !rescan && a.score_range != nullptr)
     for (int h = 0; h < heads; ++h)
       write_score_range<THREADS>(
           buf + h * m.cap, counts[h], a.keep, reinterpret_cast<unsigned long long*>(hist),
@@ -858,16 +905,45 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   auto* thr_shared = reinterpret_cast<std::uint64_t*>(scratch + kScratchThreshold);
   const int h = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
   const std::int64_t entry0 = head_entry(a, ws, s, h);
+  // Seeded selection: a stream whose seed was not proven has the rescan pass's lists, one per
+  // grid block that scanned a share of it (rescan_share); the others their own chunks' lists.
+  int lists = ws.chunks, unproven = 0;
   if (tid == 0) {
     counts[0] = 0;
     thr_shared[0] = 0;
+    scratch[0] = -1;
   }
   __syncthreads();
+  if (ws.rescan_candidates != nullptr) {
+    unproven = for_each_unproven(a, ws, scratch + kScratchScan, [s, scratch](int stream, int r) {
+      if (stream == s) scratch[0] = r;
+    });
+  }
+  const int rank = scratch[0];
+  if (rank >= 0) {
+    lists = rescan_share(
+                rank,
+                rescan_blocks(a.streams * ws.chunks, unproven, a.max_tokens, ws.rescan_sub_tokens),
+                unproven)
+                .subs;
+  } else if (ws.chunks == 1) {
+    return;  // one chunk per stream, seed proven: the scan's list is the result (finalize)
+  }
+  // List c of this head: entry and list base.
+  const auto list_entry = [&](int c) -> std::int64_t {
+    if (rank < 0) return entry0 + c;
+    const int block = rescan_block(rank, c, unproven);
+    return (static_cast<std::int64_t>(block / ws.chunks) * a.heads + h) * ws.chunks +
+           block % ws.chunks;
+  };
+  const std::uint64_t* const lists_base = rank < 0 ? ws.candidates : ws.rescan_candidates;
+  const std::int32_t* const counts_base = rank < 0 ? ws.candidate_counts : ws.rescan_counts;
   bool failed = false;
-  for (int c = 0; c < ws.chunks; ++c) {
-    const int cnt = ws.candidate_counts[entry0 + c];
+  for (int c = 0; c < lists; ++c) {
+    const std::int64_t e = list_entry(c);
+    const int cnt = counts_base[e];
     if (cnt < 0) failed = true;
-    const std::uint64_t* cand = ws.candidates + (entry0 + c) * a.keep;
+    const std::uint64_t* cand = lists_base + e * a.keep;
     for (int base = 0; base < cnt; base += kFinalizeThreads) {
       const int i = base + tid;
       if (i < cnt) {
@@ -937,9 +1013,15 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   const EligibleWindow window = eligible_window(n, a.sinks, a.recent);
   const std::int64_t first_eligible = window.first, end_eligible = window.end;
   const int fixed = static_cast<int>(first_eligible + (n - end_eligible));
+  // The head merge ran for this stream unless it has one chunk and was not rescanned: then the
+  // lists hold the scan's keys, not merged positions.
+  const bool merged =
+      ws.chunks > 1 || (ws.rescan_candidates != nullptr && !seed_proven(a, ws.seed_hits, s));
   // Both scan passes are done: the seeded selection's counters start the next launch at zero.
-  if (ws.seed_hits != nullptr && tid < a.heads)
-    ws.seed_hits[static_cast<std::int64_t>(s) * a.heads + tid] = 0;
+  if (ws.seed_hits != nullptr) {
+    __syncthreads();  // every thread has read them
+    if (tid < a.heads) ws.seed_hits[static_cast<std::int64_t>(s) * a.heads + tid] = 0;
+  }
   // Position i of the selection: a bit of the bitmap, or entry i of the list to sort.
   const bool bitmap = m.sort_size == 0;
   auto* bits = reinterpret_cast<std::uint32_t*>(positions);
@@ -969,7 +1051,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
       failed = true;
       continue;
     }
-    if (ws.chunks == 1) {  // the scan's own top `keep` (no head merge ran)
+    if (!merged) {  // the scan's own top `keep`
       const std::uint64_t* keys = ws.candidates + head_entry(a, ws, s, h) * a.keep;
       for (int i = tid; i < kept; i += kFinalizeThreads)
         emit(used + i, static_cast<int>(selection_key_position(keys[i])));
@@ -1043,16 +1125,20 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 
 using ScanKernel = void (*)(PlaneScanArgs, PlaneScanWorkspace, ScanSharedPlan);
 
-// The kernel instance of every kScanVariants entry, in order.
-template <int MAX_HEADS, std::size_t... I>
+// The kernel instance of every kScanVariants entry, in order (RESCAN: the seeded selection's
+// second pass).
+template <int MAX_HEADS, bool RESCAN, std::size_t... I>
 constexpr std::array<ScanKernel, sizeof...(I)> scan_kernel_table(std::index_sequence<I...>) {
-  return {&scan_select_kernel<kScanVariants[I].threads,
-                              scan_blocks_per_sm(kScanVariants[I], MAX_HEADS), MAX_HEADS>...};
+  return {
+      &scan_select_kernel<kScanVariants[I].threads, scan_blocks_per_sm(kScanVariants[I], MAX_HEADS),
+                          MAX_HEADS, 0, false, RESCAN>...};
 }
 constexpr auto kVariantIndices =
     std::make_index_sequence<static_cast<std::size_t>(kScanVariantCount)>();
-constexpr auto kScanKernelsUpTo4Heads = scan_kernel_table<4>(kVariantIndices);
-constexpr auto kScanKernelsUpTo8Heads = scan_kernel_table<kMaxGroupHeads>(kVariantIndices);
+template <bool RESCAN>
+constexpr auto kScanKernelsUpTo4Heads = scan_kernel_table<4, RESCAN>(kVariantIndices);
+template <bool RESCAN>
+constexpr auto kScanKernelsUpTo8Heads = scan_kernel_table<kMaxGroupHeads, RESCAN>(kVariantIndices);
 // Staged host planes: the default variant only (kStagedVariant).
 template <int MAX_HEADS, int GROUP = 0>
 constexpr ScanKernel kStagedScanKernel =
@@ -1061,17 +1147,24 @@ constexpr ScanKernel kStagedScanKernel =
                         GROUP, true>;
 
 // The default variant for the GQA group of 4 (Qwen3-8B, Llama-3-8B: 32 query / 8 KV heads).
+template <bool RESCAN>
 constexpr ScanKernel kScanKernelGroupOf4 =
-    &scan_select_kernel<kScanVariants[0].threads, scan_blocks_per_sm(kScanVariants[0], 4), 4, 4>;
+    &scan_select_kernel<kScanVariants[0].threads, scan_blocks_per_sm(kScanVariants[0], 4), 4, 4,
+                        false, RESCAN>;
 
-ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant, bool staged) {
+ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant, bool staged,
+                           bool rescan = false) {
   if (staged) {
     if (args.heads == 4) return kStagedScanKernel<4, 4>;
     return args.heads <= 4 ? kStagedScanKernel<4> : kStagedScanKernel<kMaxGroupHeads>;
   }
-  if (variant == 0 && args.heads == 4) return kScanKernelGroupOf4;
   const auto v = static_cast<std::size_t>(variant);
-  return args.heads <= 4 ? kScanKernelsUpTo4Heads[v] : kScanKernelsUpTo8Heads[v];
+  if (rescan) {
+    if (variant == 0 && args.heads == 4) return kScanKernelGroupOf4<true>;
+    return args.heads <= 4 ? kScanKernelsUpTo4Heads<true>[v] : kScanKernelsUpTo8Heads<true>[v];
+  }
+  if (variant == 0 && args.heads == 4) return kScanKernelGroupOf4<false>;
+  return args.heads <= 4 ? kScanKernelsUpTo4Heads<false>[v] : kScanKernelsUpTo8Heads<false>[v];
 }
 
 }  // namespace
@@ -1127,39 +1220,51 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
     reset_staging(args, ws, stream);
     grid = dim3(static_cast<unsigned>(ws.chunks * args.streams + ws.staging.copy_blocks));
   }
-  // Seeded selection: the seeded pass, then a pass that rescans unseeded only the streams whose
-  // seed some head's candidates did not prove (its blocks return at once everywhere else).
   if (!ws.staging.enabled() && (ws.records == nullptr || ws.record_bytes != scan.record.bytes()))
     throw Error("fathom scan: workspace", "no scoring records of this plan's size",
                 "use PlaneScan, or give PlaneScanWorkspace::records of record_bytes_total() bytes "
                 "from plan_scan_workspace()");
   const bool seeded = args.seed_range != nullptr && !ws.staging.enabled();
-  if (seeded && ws.seed_hits == nullptr)
-    throw Error("fathom scan: seed_range", "a seeded scan without the workspace's seed_hits",
-                "use PlaneScan, or give PlaneScanWorkspace::seed_hits [streams][heads] zeroed");
+  if (seeded &&
+      (ws.seed_hits == nullptr || ws.rescan_candidates == nullptr || ws.rescan_counts == nullptr))
+    throw Error("fathom scan: seed_range",
+                "a seeded scan without the workspace's seed_hits and rescan lists",
+                "use PlaneScan, or give PlaneScanWorkspace::seed_hits [streams][heads] zeroed and "
+                "rescan_candidates / rescan_counts shaped like candidates / candidate_counts");
+  // Seeded selection: the seeded pass, then a pass that rescans unseeded only the streams whose
+  // seed some head's candidates did not prove, spread over the whole grid (every block returns
+  // at once when all were proven), and the head merge of those streams' rescan lists.
   PlaneScanArgs first = args;
   if (!seeded) first.seed_range = nullptr;
   kernel<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
            stream>>>(first, ws, scan);
   HISPARSE_CUDA_CHECK_LAUNCH();
+  PlaneScanWorkspace merged = ws;
   if (seeded) {
     PlaneScanArgs unseeded = args;
     unseeded.seed_range = nullptr;
     PlaneScanWorkspace again = ws;
-    again.rescan = 1;
-    kernel<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
+    again.candidates = ws.rescan_candidates;
+    again.candidate_counts = ws.rescan_counts;
+    const ScanKernel rescan = scan_kernel_for(args, ws.variant, false, true);
+    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(rescan, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(scan.total)));
+    rescan<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
              stream>>>(unseeded, again, scan);
     HISPARSE_CUDA_CHECK_LAUNCH();
+  } else {
+    merged.rescan_candidates = nullptr;  // no rescan lists to read
   }
-  if (ws.chunks > 1) {  // one chunk per stream already holds each head's top `keep`
+  // One chunk per stream already holds each head's top `keep`, unless the stream was rescanned.
+  if (ws.chunks > 1 || seeded) {
     merge_heads_kernel<<<dim3(static_cast<unsigned>(args.heads),
                               static_cast<unsigned>(args.streams)),
                          kFinalizeThreads, static_cast<std::size_t>(merge.total), stream>>>(
-        args, ws, merge);
+        args, merged, merge);
     HISPARSE_CUDA_CHECK_LAUNCH();
   }
   finalize_kernel<<<static_cast<unsigned>(args.streams), kFinalizeThreads,
-                    static_cast<std::size_t>(fin.total), stream>>>(args, ws, fin);
+                    static_cast<std::size_t>(fin.total), stream>>>(args, merged, fin);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 

@@ -146,8 +146,14 @@ struct PlaneScanWorkspace {
   /// Seeded selection: [streams][heads] candidates that reached the seed, summed over chunks;
   /// zero before a launch (the owner zeroes it once; finalize re-zeroes it).
   std::int32_t* seed_hits = nullptr;
-  /// Set by the launcher for its second scan pass: only streams whose seed was not proven run.
-  std::int32_t rescan = 0;
+  /// Seeded selection: the lists of the launcher's second scan pass, shaped like candidates /
+  /// candidate_counts. That pass runs only the streams whose seed was not proven, spread over
+  /// the grid (rescan_blocks, rescan_share), and grid block (x, y) writes its lists at entries
+  /// (y, head, x). The head merge reads them for those streams, the first pass's for the others.
+  std::uint64_t* rescan_candidates = nullptr;
+  std::int32_t* rescan_counts = nullptr;
+  /// Tokens per rescan sub-chunk of the longest stream (rescan_blocks; 0: the whole grid).
+  std::int64_t rescan_sub_tokens = 0;
   /// Scoring records (planes not staged): [streams][records_per_stream] records of
   /// record_bytes (ScanRecordLayout), one per scale group of 16 blocks. Each scan block writes
   /// the records of its own chunk before its tile loop, one warp per group with no block
@@ -173,6 +179,47 @@ struct PlaneScanWorkspace {
     return static_cast<std::int64_t>(a.streams) * records_per_stream * record_bytes;
   }
 };
+
+/// Seeded selection: whether every head of stream `s` has at least min(keep, eligible tokens)
+/// candidates that reached its seed (`seed_hits` [streams][heads], summed over the chunks). Then
+/// the seed was at or below the head's true keep-th score and the seeded lists are exact.
+HISPARSE_HD bool seed_proven(const PlaneScanArgs& a, const std::int32_t* seed_hits,
+                             std::int32_t s) {
+  const std::int64_t eligible = eligible_window(a.lengths[s], a.sinks, a.recent).size();
+  const std::int64_t need = eligible < a.keep ? eligible : a.keep;
+  for (std::int32_t h = 0; h < a.heads; ++h)
+    if (seed_hits[static_cast<std::int64_t>(s) * a.heads + h] < need) return false;
+  return true;
+}
+
+/// The rescan pass spreads the `unproven` streams (in stream order: ranks) over all `blocks`
+/// blocks of the grid, so that a wrong seed costs a share of one pass rather than a pass of the
+/// stream's own few chunks: grid block b (y x chunks + x) scans sub-chunk b / unproven of the
+/// stream of rank b % unproven, which has `subs` sub-chunks in all.
+struct RescanShare {
+  std::int32_t rank = 0, sub = 0, subs = 1;
+};
+HISPARSE_HD RescanShare rescan_share(std::int32_t block, std::int32_t blocks,
+                                     std::int32_t unproven) {
+  const std::int32_t rank = block % unproven;
+  return {rank, block / unproven, (blocks - 1 - rank) / unproven + 1};
+}
+/// Blocks of a rescan grid of `grid_blocks` that take part: every one, or with `sub_tokens` > 0
+/// at most as many sub-chunks per unproven stream as sub-chunks of `sub_tokens` tokens cover
+/// the longest stream (each sub-chunk's list of up to `keep` candidates costs the head merge
+/// what the extra block saves the scan).
+HISPARSE_HD std::int32_t rescan_blocks(std::int32_t grid_blocks, std::int32_t unproven,
+                                       std::int64_t max_tokens, std::int64_t sub_tokens) {
+  if (sub_tokens <= 0) return grid_blocks;
+  const std::int64_t subs =
+      max_tokens > sub_tokens ? (max_tokens + sub_tokens - 1) / sub_tokens : 1;
+  const std::int64_t wanted = subs * unproven;
+  return wanted < grid_blocks ? static_cast<std::int32_t>(wanted) : grid_blocks;
+}
+/// The grid block that scans sub-chunk `sub` of the unproven stream of rank `rank`.
+HISPARSE_HD std::int32_t rescan_block(std::int32_t rank, std::int32_t sub, std::int32_t unproven) {
+  return rank + sub * unproven;
+}
 
 /// Byte offsets inside one scale group's scoring record: the block multipliers [16][slots_pad]
 /// (u8), the 8-bit weights [heads_pad][slots_pad] (mma::weight_index), minus each block's

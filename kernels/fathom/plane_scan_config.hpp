@@ -116,6 +116,14 @@ constexpr int stage_rounds_per_copy(std::int64_t streams, std::int64_t units,
   return static_cast<int>(per_copy < rounds ? per_copy : rounds);
 }
 
+/// Seeded selection: a rescanned stream takes at most one sub-chunk per this many tokens of the
+/// longest stream (rescan_blocks in plane_scan.hpp). Every sub-chunk's list adds up to `keep`
+/// candidates per head to the head merge, so spreading one stream over the whole grid makes the
+/// merge the long part. H200, B48, 1M tokens, drift 0.2, margin 0.25 (PERF_LOG 2026-12-04):
+/// batch 8 (1 of 64 streams rescanned over a 264-block grid) 1434 us with the whole grid, 1364 at
+/// 16K tokens (64 sub-chunks), 1514 at 64K; batch 32 (7 of 256) 4850 / 4848 / 4926 us.
+inline constexpr std::int64_t kRescanSubChunkTokens = 16384;
+
 /// Work-sized chunks (PlaneScanWorkspace::chunk_period): a scan block's time is modelled as its
 /// tiles x (budget + kChunkWorkBits). The constant is the per-tile work that does not grow with
 /// the budget (prep, candidate selection). H200, 128K batch 8 (PERF_LOG 2026-12-02): a B80 chunk

@@ -450,6 +450,7 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
                            static_cast<std::int64_t>(resident), max_chunks);
     ws.record_bytes = plan_scan_shared(args, budget, tile, variant).record.bytes();
     ws.records_per_stream = tiles_max * (tile / kScaleGroupBlocks);
+    ws.rescan_sub_tokens = kRescanSubChunkTokens;
   } else {
     PlaneStaging& st = ws.staging;
     st.units_cap = static_cast<std::int32_t>(units);

@@ -69,6 +69,9 @@ void PlaneScan::run(const kf::PlaneScanArgs& args, int budget, NativeStream stre
     const bool fresh = seed_hits_.size() < entries;
     ws.seed_hits = grow(seed_hits_, static_cast<std::int64_t>(entries), "fathom seed hits");
     if (fresh) zero_bytes(ws.seed_hits, seed_hits_.size() * sizeof(std::int32_t), backend_);
+    ws.rescan_candidates =
+        grow(rescan_candidates_, ws.candidate_words(args), "fathom scan rescan lists");
+    ws.rescan_counts = grow(rescan_counts_, ws.count_entries(args), "fathom scan rescan counts");
   }
   ws_ = ws;
   kf::launch_plane_scan_select(args, ws, stream);

@@ -61,7 +61,10 @@ class PlaneScan {
   Buffer<std::uint64_t> candidates_;
   Buffer<std::int32_t> counts_;
   Buffer<std::int32_t> seed_hits_;  ///< PlaneScanWorkspace::seed_hits, when a run is seeded
-  Buffer<std::uint8_t> records_;    ///< PlaneScanWorkspace::records (planes not staged)
+  /// PlaneScanWorkspace::rescan_candidates / rescan_counts, when a run is seeded
+  Buffer<std::uint64_t> rescan_candidates_;
+  Buffer<std::int32_t> rescan_counts_;
+  Buffer<std::uint8_t> records_;  ///< PlaneScanWorkspace::records (planes not staged)
   Buffer<std::uint64_t> staged_words_;
   Buffer<std::uint16_t> staged_scales_;
   Buffer<std::int32_t> landed_;

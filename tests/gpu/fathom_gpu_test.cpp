@@ -305,6 +305,9 @@ struct ScanCase {
   std::vector<std::int32_t> head_budgets = {};
   /// SMs the chunks are planned for (PlaneScan::set_multiprocessors); 0: the device's.
   int multiprocessors = 0;
+  /// > 0: the chunks per stream the workspace must plan for the default variant 0 (so that a
+  /// case is sure to take a path; the other variants hold more blocks per SM).
+  int expect_chunks = 0;
 };
 
 // Scan runs of run_scan_case whose workspace sized chunks by work (chunk_period > 0).
@@ -444,6 +447,9 @@ void run_scan_case(const ScanCase& c) {
       EXPECT_EQ(span[1] > span[0] && span[1] != 0, copied) << "copy end after its start";
     }
     EXPECT_EQ(scan.workspace().variant, variant);
+    if (c.expect_chunks > 0 && variant == 0) {
+      EXPECT_EQ(scan.workspace().chunks, c.expect_chunks);
+    }
     if (scan.workspace().chunk_period > 0) ++g_work_sized_runs;
     // The staging path really ran (where asked for, on the variant compiled for it), in the
     // shape asked for; the other variants read host planes in place.
@@ -631,6 +637,22 @@ TEST(FathomGpu, ScanSelectMatchesTwinManyChunksPerStream) {
   ScanCase twice{PlaneLayoutKind::hbm, {200000, 150000}, 4, 512, 48, false};
   twice.rerun_negated = true;
   run_scan_case(twice);
+}
+
+// Seeded scans whose rescan is spread over the whole grid (kf::rescan_share): the seeded runs
+// of run_scan_case put odd streams' seeds above their top, so here the long stream's rescan
+// takes every block of the grid, and the head merge reads its rescan lists. Planned for one
+// SM, every stream has one chunk (variant 0; 2 for the others): the merge then runs for the
+// rescanned streams only, and the finalize reads the others' keys straight from the scan.
+TEST(FathomGpu, SeededRescanIsSpreadOverTheGrid) {
+  HISPARSE_REQUIRE_GPU();
+  run_scan_case({PlaneLayoutKind::hbm, {3000, 200000}, 4, 512, 48, false});
+  ScanCase one_chunk{PlaneLayoutKind::hbm, {5000, 70001, 37, 2048, 9000, 3000}, 4, 512, 48, false};
+  one_chunk.multiprocessors = 1;
+  one_chunk.expect_chunks = 1;
+  run_scan_case(one_chunk);
+  one_chunk.kind = PlaneLayoutKind::host;  // read in place by the variants without staging
+  run_scan_case(one_chunk);
 }
 
 // Sized for 1.9M tokens, the merge kernel's bitmap of positions no longer fits its shared memory

@@ -576,6 +576,66 @@ TEST(FathomScanMath, SeedThresholdKeepsScoresAtOrAboveTheSeed) {
   EXPECT_TRUE(std::isnan(kf::seed_score(std::nanf(""), 10.0f, 0.25f)));
 }
 
+// A seed is proven when every head's candidates over the chunks reach min(keep, eligible):
+// by hand, keep 3 and sinks 4 + recent 32, so a stream of 40 tokens has 4 eligible, one of 38
+// has 2 and one of 30 none.
+TEST(FathomScanTwin, SeedIsProvenByEveryHeadsCandidates) {
+  const std::int64_t lengths[3] = {40, 38, 30};
+  kf::PlaneScanArgs a;
+  a.lengths = lengths;
+  a.streams = 3;
+  a.heads = 2;
+  a.keep = 3;
+  //                        stream 0  stream 1  stream 2
+  const std::int32_t hits[6] = {3, 5, 2, 2, 0, 0};
+  EXPECT_TRUE(kf::seed_proven(a, hits, 0));
+  EXPECT_TRUE(kf::seed_proven(a, hits, 1));  // 2 eligible: 2 candidates prove it
+  EXPECT_TRUE(kf::seed_proven(a, hits, 2));  // nothing eligible: nothing to prove
+  const std::int32_t short_by_one[6] = {3, 2, 1, 2, 0, 0};
+  EXPECT_FALSE(kf::seed_proven(a, short_by_one, 0));  // head 1: 2 of 3
+  EXPECT_FALSE(kf::seed_proven(a, short_by_one, 1));  // head 0: 1 of 2
+}
+
+// The rescan pass spreads the unproven streams over the grid: every grid block scans exactly
+// one sub-chunk of one of them, each stream's sub-chunks are 0..subs-1 with no gap or repeat,
+// the shares differ by at most one block, and rescan_block inverts rescan_share.
+TEST(FathomScanTwin, RescanSharesCoverTheGridOnce) {
+  for (int blocks = 1; blocks <= 70; ++blocks)
+    for (int unproven = 1; unproven <= blocks; ++unproven) {
+      std::vector<std::vector<int>> seen(static_cast<std::size_t>(unproven));
+      for (int b = 0; b < blocks; ++b) {
+        const kf::RescanShare share = kf::rescan_share(b, blocks, unproven);
+        ASSERT_GE(share.rank, 0);
+        ASSERT_LT(share.rank, unproven);
+        ASSERT_LT(share.sub, share.subs);
+        ASSERT_EQ(kf::rescan_block(share.rank, share.sub, unproven), b);
+        auto& subs = seen[static_cast<std::size_t>(share.rank)];
+        if (subs.empty()) subs.assign(static_cast<std::size_t>(share.subs), 0);
+        ASSERT_EQ(static_cast<int>(subs.size()), share.subs) << "one count per stream";
+        ++subs[static_cast<std::size_t>(share.sub)];
+      }
+      for (const auto& subs : seen) {
+        for (const int times : subs) ASSERT_EQ(times, 1) << blocks << " blocks, " << unproven;
+        ASSERT_LE(static_cast<int>(subs.size()), (blocks + unproven - 1) / unproven);
+        ASSERT_GE(static_cast<int>(subs.size()), blocks / unproven);
+      }
+    }
+  // By hand: 10 blocks for 3 streams: ranks 0, 1, 2, 0, 1, 2, ...; stream 0 takes 4 sub-chunks.
+  const kf::RescanShare b9 = kf::rescan_share(9, 10, 3);
+  EXPECT_EQ(b9.rank, 0);
+  EXPECT_EQ(b9.sub, 3);
+  EXPECT_EQ(b9.subs, 4);
+  EXPECT_EQ(kf::rescan_share(5, 10, 3).subs, 3);
+  // Sub-chunks of 16K tokens: a 1M-token stream takes 64 blocks of a 264-block grid, two such
+  // streams 128, five the whole grid; 0 tokens means the whole grid.
+  EXPECT_EQ(kf::rescan_blocks(264, 1, 1048576, 16384), 64);
+  EXPECT_EQ(kf::rescan_blocks(264, 2, 1048576, 16384), 128);
+  EXPECT_EQ(kf::rescan_blocks(264, 5, 1048576, 16384), 264);
+  EXPECT_EQ(kf::rescan_blocks(264, 1, 1048577, 16384), 65);
+  EXPECT_EQ(kf::rescan_blocks(264, 3, 1000, 16384), 3);  // short streams: one block each
+  EXPECT_EQ(kf::rescan_blocks(264, 1, 1048576, 0), 264);
+}
+
 // score_range_ref by hand: 2 heads over 40 tokens (sinks 4 and recent 32 leave tokens 4..7).
 TEST(FathomScanTwin, ScoreRangeIsTheKeepThAndTopEligibleScore) {
   std::vector<float> scores(80, 100.0f);  // sinks and recent score 100: never eligible
@@ -704,6 +764,19 @@ TEST(FathomScanTwin, ScoringRecordsAreSizedPerScaleGroup) {
   EXPECT_EQ(staged.record_bytes, 0);
   EXPECT_EQ(staged.records_per_stream, 0);
   EXPECT_GT(kf::plan_scan_workspace(a, 48, 132, 0, {false}).record_bytes, 0);  // read in place
+}
+
+// The workspace plans the seeded rescan's sub-chunks (kRescanSubChunkTokens), and the CUDA
+// launcher needs the rescan lists for a seeded run (PlaneScan allocates them).
+TEST(FathomScanTwin, SeededRescanIsPlannedInSubChunks) {
+  const kf::PlaneScanArgs a = microbench_shape(64, 131072);
+  EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132).rescan_sub_tokens, kf::kRescanSubChunkTokens);
+  kf::HostStaging staged;
+  staged.enabled = true;
+  kf::PlaneScanArgs host = a;
+  host.layout.kind = kf::PlaneLayoutKind::host;
+  EXPECT_EQ(kf::plan_scan_workspace(host, 48, 132, 0, staged).rescan_sub_tokens, 0)
+      << "staged host planes are never seeded";
 }
 
 TEST(FathomScanTwin, ChunksFillWholeWavesOfScanBlocks) {
