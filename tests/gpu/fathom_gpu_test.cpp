@@ -23,6 +23,7 @@
 #include "kernels/fathom/depth_plan.hpp"
 #include "kernels/fathom/plane_scan.hpp"
 #include "kernels/fathom/plane_scan_config.hpp"
+#include "support/error_message.hpp"
 #include "support/gpu.hpp"
 #include "support/read_tables.hpp"
 
@@ -776,6 +777,30 @@ TEST(FathomGpu, SeededSelectorOnGpuEqualsSelectorOnCpuOverDriftingSteps) {
     ASSERT_EQ(on_cpu.last_depths(), on_gpu.last_depths());
     EXPECT_EQ(a, b);
   }
+}
+
+// A seeded launch needs the workspace's seed counters and rescan lists (PlaneScan allocates
+// them); a workspace without the rescan lists is refused before anything runs, with one message
+// that names what is missing and the fix.
+TEST(FathomGpu, SeededLaunchWithoutRescanListsIsRefused) {
+  HISPARSE_REQUIRE_GPU();
+  PlaneStore store(Backend::cuda, PlaneLayoutKind::hbm, 1, 128, 4096);
+  kf::PlaneScanArgs a = PlaneScan::args_for(store);
+  a.heads = 4;
+  a.keep = 476;
+  a.max_tokens = 4096;
+  auto seeds = Buffer<float>::device(8, Backend::cuda, "seed ranges");
+  a.seed_range = seeds.device_data();
+  kf::PlaneScanWorkspace ws = kf::plan_scan_workspace(a, 48, 132);
+  auto records = Buffer<std::uint8_t>::device(static_cast<std::size_t>(ws.record_bytes_total(a)),
+                                              Backend::cuda, "records");
+  auto hits = Buffer<std::int32_t>::device(4, Backend::cuda, "seed hits");
+  ws.records = records.device_data();
+  ws.seed_hits = hits.device_data();
+  EXPECT_EQ(test::error_message([&] { kf::launch_plane_scan_select(a, ws, nullptr); }),
+            "fathom scan: seed_range: a seeded scan without the workspace's seed_hits and rescan "
+            "lists; use PlaneScan, or give PlaneScanWorkspace::seed_hits [streams][heads] zeroed "
+            "and rescan_candidates / rescan_counts shaped like candidates / candidate_counts");
 }
 
 TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {
