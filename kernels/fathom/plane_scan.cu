@@ -152,7 +152,8 @@ __device__ void write_score_range(const std::uint64_t* keys, int count, int keep
 }
 
 // fp16 scale to float with the hardware conversion: exact for every finite value, so it equals
-// the twin's f16_to_float; a NaN stays a NaN, and quantize_weight maps NaN products to 0 either way.
+// the twin's f16_to_float; a NaN stays a NaN, and quantize_weight maps NaN products to 0 either
+// way.
 __device__ __forceinline__ float scale_value(std::uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }
@@ -293,9 +294,9 @@ __device__ void write_group_record(const GroupRecordInputs& in, const PlaneLayou
 // their code (the copy role in the same instance cost the direct host scan 2x and the HBM scan
 // 7%, measured).
 // RESCAN: the seeded selection's second pass, whose blocks take their stream and sub-chunk from
-// rescan_share instead of their grid position and write PlaneScanWorkspace::rescan_candidates. A separate instance:
-// the same test at run time cost the first pass 10-13% (12 bytes of spills in the default
-// instance; H200, PERF_LOG 2026-12-04).
+// rescan_share instead of their grid position and write PlaneScanWorkspace::rescan_candidates.
+// A separate instance: the same test at run time cost the first pass 10-13% (12 bytes of spills
+// in the default instance; H200, PERF_LOG 2026-12-04).
 template <int THREADS, int MIN_BLOCKS, int MAX_HEADS, int GROUP = 0, bool STAGED = false,
           bool RESCAN = false>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -500,8 +501,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   }
 
   // Stage one tile: 16-byte pieces of tb words per active (channel, plane) and tb scales per
-  // slot that reads scales (sign reads, the last slots, read none). Pieces of blocks past the stream's end are skipped (never read). Staged host planes
-  // come from the HBM staging area (unit ordinal and slot major) once their round has landed.
+  // slot that reads scales (sign reads, the last slots, read none). Pieces of blocks past the
+  // stream's end are skipped (never read). Staged host planes come from the HBM staging area
+  // (unit ordinal and slot major) once their round has landed.
   const PlaneStaging& staging = ws.staging;
   auto stage = [&](int tile, int st) {
     const int b0 = tile * tb;

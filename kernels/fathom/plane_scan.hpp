@@ -1,12 +1,12 @@
 // PlaneScan + selection: approximate scores from the first t_j planes of every channel (midpoint
 // reconstruction, weights quantized to 8 bits per 16-block scale group and head and block scales
 // to multipliers 0..16 of the group's largest, so that the CUDA kernel can sum on integer tensor
-// cores; see fathom_math.hpp), then per query head the top `keep` tokens outside the sinks and the recent
-// window, unioned over the GQA group with the sinks and the recent tokens, deduplicated and
-// sorted. The CUDA version fuses the scan with a per-block streaming top-k (no score is written
-// to memory unless `scores` is given) and reads host-offloaded planes straight from mapped pinned
-// memory in runs of tile_blocks x 8 bytes per active (channel, plane), without host
-// synchronisation.
+// cores; see fathom_math.hpp), then per query head the top `keep` tokens outside the sinks and
+// the recent window, unioned over the GQA group with the sinks and the recent tokens,
+// deduplicated and sorted. The CUDA version fuses the scan with a per-block streaming top-k (no
+// score is written to memory unless `scores` is given) and reads host-offloaded planes straight
+// from mapped pinned memory in runs of tile_blocks x 8 bytes per active (channel, plane), without
+// host synchronisation.
 #pragma once
 
 #include <cstdint>
