@@ -766,8 +766,8 @@ TEST(FathomScanTwin, ScoringRecordsAreSizedPerScaleGroup) {
   EXPECT_GT(kf::plan_scan_workspace(a, 48, 132, 0, {false}).record_bytes, 0);  // read in place
 }
 
-// The workspace plans the seeded rescan's sub-chunks (kRescanSubChunkTokens), and the CUDA
-// launcher needs the rescan lists for a seeded run (PlaneScan allocates them).
+// A workspace for HBM planes plans the seeded rescan's sub-chunks (kRescanSubChunkTokens); one for
+// staged host planes, which are never seeded, plans none.
 TEST(FathomScanTwin, SeededRescanIsPlannedInSubChunks) {
   const kf::PlaneScanArgs a = microbench_shape(64, 131072);
   EXPECT_EQ(kf::plan_scan_workspace(a, 48, 132).rescan_sub_tokens, kf::kRescanSubChunkTokens);
