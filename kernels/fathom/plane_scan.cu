@@ -314,7 +314,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   auto* qs = reinterpret_cast<float*>(smem + m.queries);
   auto* slot_channel = reinterpret_cast<int*>(smem + m.slot_channel);
   auto* slot_info = reinterpret_cast<int*>(smem + m.slot_info);
-  std::uint8_t* magnitudes = smem + m.magnitudes;  // [slot] |o| of the slot's depth
+  auto* plane_rows = reinterpret_cast<int*>(smem + m.plane_rows);  // [slot][plane] byte offsets
+  std::uint8_t* magnitudes = smem + m.magnitudes;                  // [slot] |o| of the slot's depth
   auto* unit_code = reinterpret_cast<int*>(smem + m.unit_code);
   std::uint8_t* wts = smem + m.weights;        // [group][head][slot] (weight_index), int8
   std::uint8_t* mults = smem + m.multipliers;  // [block][slot]
@@ -426,8 +427,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   }
   if (warp == 0) {
     int units = 0, scaled = 0;
-    const int slots =
-        mma::order_slots_warp(depths, d, slot_channel, slot_info, unit_code, &units, &scaled, lane);
+    const int slots = mma::order_slots_warp(depths, d, slot_channel, slot_info, unit_code,
+                                            m.units_cap, &units, &scaled, lane);
     if (lane == 0) {
       scratch[0] = slots;
       scratch[1] = units;
@@ -450,6 +451,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     return;
   }
   for (int i = n_slots + tid; i < sp; i += THREADS) slot_info[i] = 0;  // depth 0 padding
+  for (int i = tid; i < sp; i += THREADS)
+    mma::plane_row_offsets(i < n_slots ? slot_info[i] : 0, tb, m.units_cap, plane_rows + 4 * i);
+  for (int i = tid; i < 2 * tb; i += THREADS)  // the zero row of each stage
+    words_s[(i / tb) * (m.words_stage / 8) + m.units_cap * tb + i % tb] = 0;
   for (int i = tid; i < sp; i += THREADS)
     magnitudes[i] = i < n_slots ? mma::offset_magnitude(slot_info[i]) : 0;
   for (int i = tid; i < hp * sp; i += THREADS) {
@@ -688,16 +693,24 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       for (int p = 0; p < kPairs; ++p)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[k][p][i] = 0;
+    // This lane's weight row of each pair (mma::weight_word of k-steps 2 ks2, 2 ks2 + 1 lies 4
+    // ks2 bytes on) and its tile column.
+    const std::uint8_t* wrow[kPairs];
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p)
+      wrow[p] = wb + mma::weight_index(2 * p + (lane / 4) / 4, lane % 4, sp);
+    const auto* stage_bytes = reinterpret_cast<const unsigned char*>(tw);
+    const int column_bytes = 8 * mma::tile_column(w0, lane % 4);
     for (int ks2 = 0; ks2 < steps2; ++ks2) {
       std::uint32_t wword[kPairs];
 #pragma unroll
       for (int p = 0; p < kPairs; ++p)
-        wword[p] = p < pairs ? mma::weight_word(wb, sp, p, ks2, lane) : 0u;
+        wword[p] = p < pairs ? mma::load_word(wrow[p] + 4 * ks2) : 0u;
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
         std::uint32_t af[kPerWarp][4];
-        mma::a_fragments<kPerWarp>(tw, tb, w0, kWarps, slot_info, bm[0], kWarps * sp, 2 * ks2 + odd,
-                                   lane, af);
+        mma::a_fragments<kPerWarp, kWarps>(stage_bytes, column_bytes, plane_rows, slot_info, bm[0],
+                                           kWarps * sp, 2 * ks2 + odd, lane, af);
 #pragma unroll
         for (int p = 0; p < kPairs; ++p) {
           if (p < pairs) {

@@ -246,10 +246,11 @@ struct ScanSharedPlan {
   int tile_blocks = 0;
   int threads = 0;  ///< threads per scan block (the variant's)
   int groups = 0;   ///< scale groups per tile (tile_blocks / kScaleGroupBlocks)
-  std::int64_t queries = 0, slot_channel = 0, slot_info = 0, magnitudes = 0, unit_code = 0,
-               words = 0, scales = 0, weights = 0, multipliers = 0, group_max = 0, shifts = 0,
-               counts = 0, thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
-  std::int64_t words_stage = 0, scales_stage = 0;  ///< bytes of one pipeline stage
+  std::int64_t queries = 0, slot_channel = 0, slot_info = 0, plane_rows = 0, magnitudes = 0,
+               unit_code = 0, words = 0, scales = 0, weights = 0, multipliers = 0, group_max = 0,
+               shifts = 0, counts = 0, thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
+  /// Bytes of one pipeline stage; a words stage ends with a row of zeros (row units_cap).
+  std::int64_t words_stage = 0, scales_stage = 0;
   /// One scale group's scoring record. A stage's `scales` hold the tile's scales (staged host
   /// planes) or its groups' records (the other paths).
   ScanRecordLayout record;

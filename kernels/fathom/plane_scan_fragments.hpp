@@ -106,10 +106,11 @@ HISPARSE_HD int order_slots(const std::uint8_t* depths, int channels, int* slot_
 /// order_slots by one warp (every lane calls it; same outputs): ballots count the channels of
 /// each class, and each channel's slot is the number of channels in earlier classes plus its rank
 /// among the channels of its own class. The single-thread loop took about 512 dependent steps at
-/// head_dim 128, a fixed cost of every scan block.
+/// head_dim 128, a fixed cost of every scan block. Unit codes from `unit_cap` on are not written
+/// (*units still counts them): a plan over the budget is refused, never staged.
 __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int channels,
                                                 int* slot_channel, int* slot_info, int* unit_code,
-                                                int* units, int* scaled, int lane) {
+                                                int unit_cap, int* units, int* scaled, int lane) {
   int count[kSlotClasses] = {};
   for (int c0 = 0; c0 < channels; c0 += 32) {
     const int j = c0 + lane;
@@ -142,7 +143,8 @@ __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int 
         const int slot = slot_base[c] + rank, unit = unit_base[c] + rank * d;
         slot_channel[slot] = j;
         slot_info[slot] = slot_info_word(byte, unit);
-        for (int p = 0; p < d; ++p) unit_code[unit + p] = unit_code_word(j, p, slot);
+        for (int p = 0; p < d && unit + p < unit_cap; ++p)
+          unit_code[unit + p] = unit_code_word(j, p, slot);
       }
       slot_base[c] += __popc(mask);
       unit_base[c] += __popc(mask) * d;
@@ -182,11 +184,8 @@ HISPARSE_HD std::uint32_t rotate_right(std::uint32_t v, int k) {
 /// Adds plane p of the 4 codes in `acc` (bytes = tokens x + 8 i of a 32-token half): bit x + 8 i
 /// of the plane lands on bit 8 i + 3 - p. The rotation by x + p - 3 never wraps a bit that is
 /// kept (8 i + x lies in 0..31), so one funnel shift and one LOP3 do it.
-/// With `read` false the plane adds nothing (a masked plane past the slot's depth).
-HISPARSE_HD std::uint32_t add_code_plane(std::uint32_t acc, std::uint32_t half_word, int x, int p,
-                                         bool read = true) {
-  const std::uint32_t keep = read ? 0x01010101u << (3 - p) : 0u;
-  return acc | (rotate_right(half_word, (x + p - 3) & 31) & keep);
+HISPARSE_HD std::uint32_t add_code_plane(std::uint32_t acc, std::uint32_t half_word, int x, int p) {
+  return acc | (rotate_right(half_word, (x + p - 3) & 31) & (0x01010101u << (3 - p)));
 }
 
 HISPARSE_HD std::uint32_t byte_permute(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
@@ -207,70 +206,91 @@ HISPARSE_HD std::uint32_t weight_selector(int i, int q) {
   return (0x4444u & ~(0xFu << (4 * q))) | (static_cast<std::uint32_t>(i) << (4 * q));
 }
 
-/// A registers of `lane` for k-step `ks` of K blocks w0 + k * w_step of a tile
-/// (tile_words[unit * tile_blocks + tile_column(w, swizzle of the unit)]), each code byte times the block's scale multiplier of its
-/// slot (block_mult[k * mult_step + slot], 0..16; the product is at most 240, so a 32-bit
-/// multiply scales the four bytes without carries). The K blocks share the slots, so one plane
-/// count and one set of slot loads serve them all.
-template <int K>
-HISPARSE_HD void a_fragments(const std::uint64_t* tile_words, int tile_blocks, int w0, int w_step,
+/// Byte offsets, from a stage's first word, of the tile rows of planes 0..kPlanes-1 of slot
+/// `info`: planes past its depth (all four for a padding slot) point at row `zero_row`, a row of
+/// zeros that no stage copy writes. The scan keeps them per slot, so that a lane's 16-byte load
+/// replaces the slot decoding, row arithmetic and per-lane masks of reading a slot's depth.
+HISPARSE_HD void plane_row_offsets(int info, int tile_blocks, int zero_row, int rows[kPlanes]) {
+  const int depth = slot_depth(info), unit = slot_unit(info);
+  for (int p = 0; p < kPlanes; ++p) rows[p] = 8 * tile_blocks * (p < depth ? unit + p : zero_row);
+}
+
+HISPARSE_HD std::uint64_t load_u64(const unsigned char* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const std::uint64_t*>(p);
+#else
+  std::uint64_t v = 0;
+  for (int k = 0; k < 8; ++k) v |= static_cast<std::uint64_t>(p[k]) << (8 * k);
+  return v;
+#endif
+}
+
+/// A registers of `lane` for k-step `ks` of K blocks w0 + k x W_STEP of a tile, each code byte
+/// times the block's scale multiplier of its slot (block_mult[k * mult_step + slot], 0..16; the
+/// product is at most 240, so a 32-bit multiply scales the four bytes without carries). Rows as
+/// plane_row_offsets lays them out (plane_rows[4 slot + p]; stage: the tile's first word;
+/// column_bytes: 8 x tile_column(w0, lane % 4)). Slots are ordered deepest first, so a half's
+/// plane count is its first slot's depth, the same for the whole warp. Every plane of that
+/// count is loaded; a slot that is shallower reads zeros there, so a plane costs one load per block and a funnel shift
+/// and a LOP3 per half word, with no per-lane selects. The K blocks lie W_STEP apart; W_STEP is
+/// a multiple of 8 (or K is 1), so that their columns w ^ 2 t lie 8 x W_STEP bytes apart too:
+/// the XOR changes bits 1-2 of w and the step only bits from 3 up. The K blocks share the slots,
+/// so one set of row loads serves them all.
+template <int K, int W_STEP>
+HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const int* plane_rows,
                              const int* slot_info, const std::uint8_t* block_mult, int mult_step,
                              int ks, int lane, std::uint32_t (*a)[4]) {
+  static_assert(K == 1 || W_STEP % 8 == 0, "the blocks' columns must lie a fixed step apart");
   const int x = lane / 4, t = lane % 4;
   HISPARSE_FRAGMENT_UNROLL
   for (int half_slot = 0; half_slot < 2; ++half_slot) {
     const int first = ks * kSlotsPerStep + 4 * half_slot;
-    // Slots are ordered deepest first, so the first of these four has the most planes: every lane
-    // takes that many plane steps (one jump for the whole warp, no branch per plane) and masks
-    // the planes past its own slot's depth (re-reading its first plane, which is valid).
     const int planes = slot_depth(slot_info[first]);
-    const int info = slot_info[first + t];
-    const int depth = slot_depth(info);
-    const int row = slot_unit(info) * tile_blocks;
+    int rows[kPlanes];
+#if defined(__CUDA_ARCH__)
+    const int4 r4 = *reinterpret_cast<const int4*>(plane_rows + 4 * (first + t));
+    rows[0] = r4.x;
+    rows[1] = r4.y;
+    rows[2] = r4.z;
+    rows[3] = r4.w;
+#else
+    for (int p = 0; p < kPlanes; ++p) rows[p] = plane_rows[4 * (first + t) + p];
+#endif
     std::uint32_t lo[K], hi[K];
     HISPARSE_FRAGMENT_UNROLL
     for (int k = 0; k < K; ++k) lo[k] = hi[k] = 0;
     const auto add_plane = [&](int p) {
-      const bool read = p < depth;
-      const int at = row + (read ? p * tile_blocks : 0);  // slot first + t: swizzle t
+      const unsigned char* row = stage + rows[p] + column_bytes;
       HISPARSE_FRAGMENT_UNROLL
       for (int k = 0; k < K; ++k) {
-        const std::uint64_t word = tile_words[at + tile_column(w0 + k * w_step, t)];
-        lo[k] = add_code_plane(lo[k], static_cast<std::uint32_t>(word), x, p, read);
-        hi[k] = add_code_plane(hi[k], static_cast<std::uint32_t>(word >> 32), x, p, read);
+        const std::uint64_t word = load_u64(row + 8 * W_STEP * k);
+        lo[k] = add_code_plane(lo[k], static_cast<std::uint32_t>(word), x, p);
+        hi[k] = add_code_plane(hi[k], static_cast<std::uint32_t>(word >> 32), x, p);
       }
     };
-    switch (planes) {  // planes are ORed in, so the deepest is added first
-      case 4:
-        add_plane(3);
-        [[fallthrough]];
-      case 3:
+    add_plane(0);  // a padding half (no plane) reads the zero row
+    if (planes > 1) {
+      add_plane(1);
+      if (planes > 2) {
         add_plane(2);
-        [[fallthrough]];
-      case 2:
-        add_plane(1);
-        [[fallthrough]];
-      case 1:
-        add_plane(0);
-        break;
-      default:
-        break;
+        if (planes > 3) add_plane(3);
+      }
     }
     HISPARSE_FRAGMENT_UNROLL
     for (int k = 0; k < K; ++k) {
-      // Bytes are the masked codes (planes past the depth stay 0) times the multiplier.
       const std::uint32_t m = block_mult[k * mult_step + first + t];
       a[k][2 * half_slot] = lo[k] * m;
       a[k][2 * half_slot + 1] = hi[k] * m;
     }
   }
 }
-/// a_fragments for one block w.
-HISPARSE_HD void a_fragment(const std::uint64_t* tile_words, int tile_blocks, int w,
+
+/// a_fragments for one block (column_bytes: 8 x tile_column(w, lane % 4)).
+HISPARSE_HD void a_fragment(const unsigned char* stage, int column_bytes, const int* plane_rows,
                             const int* slot_info, const std::uint8_t* block_mult, int ks, int lane,
                             std::uint32_t a[4]) {
   std::uint32_t one[1][4];
-  a_fragments<1>(tile_words, tile_blocks, w, 0, slot_info, block_mult, 0, ks, lane, one);
+  a_fragments<1, 8>(stage, column_bytes, plane_rows, slot_info, block_mult, 0, ks, lane, one);
   for (int i = 0; i < 4; ++i) a[i] = one[0][i];
 }
 

@@ -214,7 +214,9 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   const auto take = [&](std::int64_t bytes) { return layout.take(bytes); };
   const std::int64_t tb = tile_blocks, hp = m.heads_pad, sp = m.slots_pad;
   m.record = ScanRecordLayout{m.slots_pad, m.heads_pad};
-  m.words_stage = align16(m.units_cap * tb * 8);
+  // One row past the units: zeros, read by the planes past a slot's depth
+  // (mma::plane_row_offsets).
+  m.words_stage = align16((m.units_cap + 1) * tb * 8);
   m.scales_stage = align16(std::max(sp * tb * 2, tb / kScaleGroupBlocks * m.record.bytes()));
   // After the prep the kernel keeps a scale group's blocks' constant terms (16 x heads_pad ints)
   // in the group's part of a stage's scales (16 x slots_pad x 2 bytes): slots_pad >= 16 >= 2 x
@@ -228,8 +230,9 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
   const std::int64_t slots_all = (static_cast<std::int64_t>(d) + 15) / 16 * 16;
   m.slot_channel = take(slots_all * 4);
   m.slot_info = take(slots_all * 4);
+  m.plane_rows = take(sp * 4 * kPlanes);
   m.magnitudes = take(sp);
-  m.unit_code = take(static_cast<std::int64_t>(kPlanes) * d * 4);
+  m.unit_code = take(static_cast<std::int64_t>(m.units_cap) * 4);  // over budget: not written
   if (tile_blocks < kScaleGroupBlocks || tile_blocks % kScaleGroupBlocks != 0)
     throw Error(
         "fathom scan: workspace", fmt::format("tile of {} blocks", tile_blocks),

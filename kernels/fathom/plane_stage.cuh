@@ -91,8 +91,8 @@ __device__ __forceinline__ void stage_copy_block(const PlaneScanArgs& a, const P
     }
     __syncwarp();
     int units = 0, scaled = 0;
-    mma::order_slots_warp(t.depths, d, t.slot_channel, t.slot_info, t.unit_code, &units, &scaled,
-                          lane);
+    mma::order_slots_warp(t.depths, d, t.slot_channel, t.slot_info, t.unit_code, kPlanes * d,
+                          &units, &scaled, lane);
     if (lane == 0) {
       // Over budget: the scan reports the failure; nothing is copied (the rounds still land).
       // Scales: only the slots that read them (the first `scaled`; sign reads have none).

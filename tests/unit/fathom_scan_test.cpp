@@ -307,41 +307,84 @@ TEST(FathomScanFragments, TileSwizzleSpreadsTheFourSlotsOverDistinctBankPairs) {
   EXPECT_EQ(km::tile_column(5, 3), 3);
 }
 
-// The kernel builds the A registers of a warp's two blocks together (one plane count and one set
-// of slot loads); that must equal building each block alone, for every lane and k-step, with
-// multipliers up to 16 and depths that differ within each group of 4 slots.
-TEST(FathomScanFragments, TwoBlocksTogetherEqualEachBlockAlone) {
+// The A registers of lane (x, t), half h of k-step ks, hold the codes of slot 8 ks + 4 h + t read
+// to that slot's depth (the bits past it 0) for tokens x + 8 i (a0 / a2) and 32 + x + 8 i (a1 / a3)
+// of the block, times the block's multiplier of the slot: worked from the plane words here, for
+// every lane and k-step, depths that differ within each group of 4 slots (so shallower slots
+// read the zero row), padding slots past the last, multipliers up to 16, and a warp's two blocks
+// built together as well as each alone.
+TEST(FathomScanFragments, RegistersHoldEachSlotsCodesToItsDepth) {
   const std::vector<std::uint8_t> depths = {4, 1, 3, 0, 2, 1, 1, 4, 2, 3, 1, 1, 0, 2, 1, 1, 1, 3};
   const int d = static_cast<int>(depths.size());
-  std::vector<int> channel(32, 0), info(32, 0), unit(4 * 32, 0);
+  constexpr int kTile = 32, kStep = 8, kSlotsPad = 32;
+  std::vector<int> channel(kSlotsPad, 0), info(kSlotsPad, 0), unit(4 * kSlotsPad, 0);
   int units = 0, scaled = 0;
   const int slots =
       km::order_slots(depths.data(), d, channel.data(), info.data(), unit.data(), &units, &scaled);
   ASSERT_EQ(slots, 16);
-  constexpr int kTile = 32, kStep = 8, kSlotsPad = 32;
   Rng rng(77);
-  std::vector<std::uint64_t> words(static_cast<std::size_t>(units) * kTile);
-  for (auto& w : words) w = rng.next_bits();
+  // plane[u][w]: the 64 bits of unit u at block w, placed at the unit's swizzled column; row
+  // `units` stays zero.
+  std::vector<std::vector<std::uint64_t>> plane(units, std::vector<std::uint64_t>(kTile));
+  std::vector<std::uint64_t> tile(static_cast<std::size_t>(units + 1) * kTile, 0);
+  for (int u = 0; u < units; ++u)
+    for (int w = 0; w < kTile; ++w) {
+      plane[u][w] = rng.next_bits();
+      tile[static_cast<std::size_t>(u) * kTile + km::tile_column(w, km::unit_swizzle(unit[u]))] =
+          plane[u][w];
+    }
+  std::vector<int> rows(4 * kSlotsPad);
+  for (int sl = 0; sl < kSlotsPad; ++sl)
+    km::plane_row_offsets(info[sl], kTile, units, rows.data() + 4 * sl);
   std::vector<std::uint8_t> mult(static_cast<std::size_t>(kTile) * kSlotsPad);
   for (auto& m : mult) m = static_cast<std::uint8_t>(rng.next_bits() % 17);
+  const auto* stage = reinterpret_cast<const unsigned char*>(tile.data());
+  const auto expected = [&](int w, int ks, int lane, int r) {
+    const int x = lane / 4, t = lane % 4, slot = ks * 8 + 4 * (r / 2) + t;
+    if (slot >= slots) return 0u;
+    const int depth = km::slot_depth(info[slot]), first_unit = km::slot_unit(info[slot]);
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const int token = 32 * (r % 2) + x + 8 * i;
+      std::uint32_t code = 0;
+      for (int p = 0; p < depth; ++p)
+        code |= static_cast<std::uint32_t>((plane[first_unit + p][w] >> token) & 1u) << (3 - p);
+      v |= code * mult[static_cast<std::size_t>(w) * kSlotsPad + slot] << (8 * i);
+    }
+    return v;
+  };
   int nonzero = 0;
   for (int w0 : {0, 3, 16, 23})
-    for (int ks = 0; ks < 4; ++ks)
+    for (int ks = 0; ks < kSlotsPad / 8; ++ks)
       for (int lane = 0; lane < 32; ++lane) {
-        std::uint32_t both[2][4], first[4], second[4];
-        km::a_fragments<2>(words.data(), kTile, w0, kStep, info.data(),
-                           mult.data() + w0 * kSlotsPad, kStep * kSlotsPad, ks, lane, both);
-        km::a_fragment(words.data(), kTile, w0, info.data(), mult.data() + w0 * kSlotsPad, ks, lane,
-                       first);
-        km::a_fragment(words.data(), kTile, w0 + kStep, info.data(),
-                       mult.data() + (w0 + kStep) * kSlotsPad, ks, lane, second);
-        for (int r = 0; r < 4; ++r) {
-          ASSERT_EQ(both[0][r], first[r]) << w0 << " " << ks << " " << lane << " " << r;
-          ASSERT_EQ(both[1][r], second[r]) << w0 << " " << ks << " " << lane << " " << r;
-          nonzero += first[r] != 0;
+        std::uint32_t both[2][4], alone[4];
+        km::a_fragments<2, kStep>(stage, 8 * km::tile_column(w0, lane % 4), rows.data(),
+                                  info.data(), mult.data() + w0 * kSlotsPad, kStep * kSlotsPad, ks,
+                                  lane, both);
+        for (int k = 0; k < 2; ++k) {
+          const int w = w0 + k * kStep;
+          km::a_fragment(stage, 8 * km::tile_column(w, lane % 4), rows.data(), info.data(),
+                         mult.data() + w * kSlotsPad, ks, lane, alone);
+          for (int r = 0; r < 4; ++r) {
+            const std::uint32_t want = expected(w, ks, lane, r);
+            ASSERT_EQ(both[k][r], want) << w0 << " " << k << " " << ks << " " << lane << " " << r;
+            ASSERT_EQ(alone[r], want) << w << " " << ks << " " << lane << " " << r;
+            nonzero += want != 0;
+          }
         }
       }
   EXPECT_GT(nonzero, 500);  // the registers carry codes: the comparison can fail
+  // Worked by hand (rows of 8 x 32 = 256 bytes): depth 4 takes slots 0-1 (units 0-7), depth 3
+  // slots 2-4 (units 8-16), depth 2 slots 5-7 (units 17-22), depth 1 slots 8-15 (units 23-30); the
+  // zero row is row 31. Slot 2 (channel 2) reads units 8, 9, 10 and then zeros, slot 8 (channel
+  // 1) unit 23, and padding slot 16 zeros only.
+  ASSERT_EQ(units, 31);
+  EXPECT_EQ(std::vector<int>(rows.begin() + 8, rows.begin() + 12),
+            (std::vector<int>{8 * 256, 9 * 256, 10 * 256, 31 * 256}));
+  EXPECT_EQ(std::vector<int>(rows.begin() + 32, rows.begin() + 36),
+            (std::vector<int>{23 * 256, 31 * 256, 31 * 256, 31 * 256}));
+  EXPECT_EQ(std::vector<int>(rows.begin() + 64, rows.begin() + 68),
+            (std::vector<int>(4, 31 * 256)));
 }
 
 TEST(FathomScanFragments, CodeBytesAndWeightPlacement) {
@@ -412,13 +455,18 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
   const int slots = km::order_slots(f.depths.data(), d, slot_channel.data(), slot_info.data(),
                                     unit_code.data(), &units, &scaled);
   ASSERT_LE(units, plan.units_cap);
+  std::vector<int> plane_rows(4 * static_cast<std::size_t>(sp));
+  for (int sl = 0; sl < sp; ++sl)
+    km::plane_row_offsets(sl < slots ? slot_info[sl] : 0, tb, plan.units_cap,
+                          plane_rows.data() + 4 * sl);
   const auto& L = f.store.layout();
   const std::uint64_t* words = f.store.host_words();
   const std::uint16_t* scales = f.store.host_scales();
   const std::int64_t nb = (n + 63) / 64;
   int checked = 0;
   for (std::int64_t b0 = 0; b0 < nb; b0 += tb) {
-    std::vector<std::uint64_t> tile(static_cast<std::size_t>(plan.units_cap) * tb, 0);
+    // The kernel's stage: a row per unit, then the zero row.
+    std::vector<std::uint64_t> tile(static_cast<std::size_t>(plan.units_cap + 1) * tb, 0);
     for (int u = 0; u < units; ++u)
       for (int w = 0; w < tb && b0 + w < nb; ++w)
         tile[static_cast<std::size_t>(u) * tb +
@@ -495,8 +543,9 @@ void check_warp_emulation(int d, int heads, std::int64_t n, int budget, std::uin
         for (int odd = 0; odd < 2; ++odd) {
           std::uint32_t a[32][4];
           for (int lane = 0; lane < 32; ++lane)
-            km::a_fragment(tile.data(), tb, w, slot_info.data(), mult, 2 * ks2 + odd, lane,
-                           a[lane]);
+            km::a_fragment(reinterpret_cast<const unsigned char*>(tile.data()),
+                           8 * km::tile_column(w, lane % 4), plane_rows.data(), slot_info.data(),
+                           mult, 2 * ks2 + odd, lane, a[lane]);
           for (int pair = 0; pair < pairs; ++pair) {
             std::uint32_t b[32][2];
             int c[32][4];
@@ -706,7 +755,7 @@ TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
   a.heads = 8;
   a.keep = 4000;
   EXPECT_EQ(test::error_message([&] { (void)kf::plan_scan_workspace(a, 48, 132); }),
-            "fathom scan: top_k: 8 query heads x keep 4000 need 336 KB of shared memory for "
+            "fathom scan: top_k: 8 query heads x keep 4000 need 335 KB of shared memory for "
             "the fused selection at plane budget 48, more than 200 KB; lower top_k or the "
             "plane budget");
   a.heads = 4;
