@@ -242,6 +242,7 @@ HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const
                              int ks, int lane, std::uint32_t (*a)[4]) {
   static_assert(K == 1 || W_STEP % 8 == 0, "the blocks' columns must lie a fixed step apart");
   const int x = lane / 4, t = lane % 4;
+  const unsigned char* column = stage + column_bytes;  // one add per plane row below
   HISPARSE_FRAGMENT_UNROLL
   for (int half_slot = 0; half_slot < 2; ++half_slot) {
     const int first = ks * kSlotsPerStep + 4 * half_slot;
@@ -260,7 +261,7 @@ HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const
     HISPARSE_FRAGMENT_UNROLL
     for (int k = 0; k < K; ++k) lo[k] = hi[k] = 0;
     const auto add_plane = [&](int p) {
-      const unsigned char* row = stage + rows[p] + column_bytes;
+      const unsigned char* row = column + rows[p];
       HISPARSE_FRAGMENT_UNROLL
       for (int k = 0; k < K; ++k) {
         const std::uint64_t word = load_u64(row + 8 * W_STEP * k);
