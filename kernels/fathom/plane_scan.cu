@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   constexpr int kPerWarp = scan_blocks_per_warp(THREADS);
   static_assert(kScaleGroupBlocks % (kWarps * kPerWarp) == 0, "a round stays in one scale group");
   constexpr int kPairs = MAX_HEADS / 2;
-  static_assert(MAX_HEADS % 2 == 0 && MAX_HEADS <= kMaxGroupHeads);
+  static_assert(MAX_HEADS % 4 == 0 && MAX_HEADS <= kMaxGroupHeads);  // pairs of pairs
   extern __shared__ __align__(16) unsigned char smem[];
   auto* words_s = reinterpret_cast<std::uint64_t*>(smem + m.words);
   auto* scales_s = reinterpret_cast<std::uint16_t*>(smem + m.scales);
@@ -723,20 +723,28 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       }
     }
     // Per pair: this lane's head, its shift and the smallest sum that can enter at the head's
-    // current threshold.
+    // current threshold. Lanes t and t ^ 1 hold the same head of each pair (mma::lane_head), so
+    // each converts the threshold of every other pair and takes the rest from its neighbour.
     int shift[kPairs], least[kPairs];
+    const bool odd_lane = (lane & 1) != 0;
+#pragma unroll
+    for (int q = 0; q < kPairs; q += 2) {
+      const int own_pair = q + (odd_lane ? 1 : 0), h = mma::lane_head(lane, own_pair);
+      int own = INT_MAX;
+      if (own_pair < pairs && h < heads) {
+        const std::uint64_t t = thr[h];
+        own = t == 0 ? INT_MIN
+                     : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)),
+                                         group_shifts[h]);
+      }
+      const int other = __shfl_xor_sync(0xffffffffu, own, 1);
+      least[q] = odd_lane ? other : own;
+      least[q + 1] = odd_lane ? own : other;
+    }
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
       const int h = mma::lane_head(lane, p);
-      shift[p] = kNoWeights;
-      least[p] = INT_MAX;
-      if (p < pairs && h < heads) {
-        shift[p] = group_shifts[h];
-        const std::uint64_t t = thr[h];
-        least[p] =
-            t == 0 ? INT_MIN
-                   : min_candidate_sum(key_to_float(static_cast<std::uint32_t>(t >> 32)), shift[p]);
-      }
+      shift[p] = p < pairs && h < heads ? group_shifts[h] : kNoWeights;
     }
 #pragma unroll
     for (int k = 0; k < kPerWarp; ++k) {
