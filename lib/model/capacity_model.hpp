@@ -18,24 +18,25 @@ struct RequestFootprint {
   Mode mode = Mode::dense;
   std::size_t gpu_bytes = 0;   ///< per request, all layers (sum of gpu_breakdown)
   std::size_t host_bytes = 0;  ///< per request in pinned host memory, all layers
-  std::map<std::string, std::size_t> gpu_breakdown;   ///< "kv_rows", "index_keys", "hot_buffer", "planes", ...
+  /// "kv_rows", "index_keys", "hot_buffer", "planes", ...
+  std::map<std::string, std::size_t> gpu_breakdown;
   std::map<std::string, std::size_t> host_breakdown;
 };
 
 struct CapacityRow {
   RequestFootprint footprint;
   std::int64_t max_concurrency = 0;  ///< admitted by the GPU budget (and the host budget if given)
-  std::string limited_by;           ///< "gpu" or "host"
+  std::string limited_by;            ///< "gpu" or "host"
 };
 
 struct CapacityQuery {
   std::int64_t context_length = 131072;
-  int top_k = 0;        ///< 0: model default
-  int hot_buffer = 0;   ///< 0: 2 * top_k
+  int top_k = 0;       ///< 0: model default
+  int hot_buffer = 0;  ///< 0: 2 * top_k
   int budget_bits = 48;
-  double gpu_mem_bytes = 141e9;          ///< total GPU memory
-  double host_mem_bytes = 0;             ///< pinned host memory budget, 0 = unlimited
-  double activation_reserve_bytes = 4e9; ///< kept free for activations and workspace
+  double gpu_mem_bytes = 141e9;           ///< total GPU memory
+  double host_mem_bytes = 0;              ///< pinned host memory budget, 0 = unlimited
+  double activation_reserve_bytes = 4e9;  ///< kept free for activations and workspace
 };
 
 /// Whether `mode` applies to `model`: hisparse needs a DSA indexer, fathom modes need GQA.

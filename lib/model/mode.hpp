@@ -8,7 +8,8 @@ namespace hisparse {
 
 enum class Mode { dense, sparse_gpu, hisparse, fathom, hisparse_fathom };
 
-[[nodiscard]] std::string_view name_of(Mode m) noexcept;  ///< "dense", "sparse-gpu", "hisparse", "fathom", "hisparse+fathom"
+/// "dense", "sparse-gpu", "hisparse", "fathom", "hisparse+fathom"
+[[nodiscard]] std::string_view name_of(Mode m) noexcept;
 /// Throws Error naming `where` for an unknown name.
 [[nodiscard]] Mode parse_mode(std::string_view name, const std::string& where);
 

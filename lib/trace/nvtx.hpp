@@ -20,6 +20,8 @@
 namespace hisparse {
 
 /// Phases of a decode step; each has a fixed colour in Nsight Systems and Perfetto.
+// The phases, their colours and their names read as tables:
+// clang-format off
 enum class Phase : std::uint8_t {
   api, step, layer, embed, gemm, indexer, topk, plan, scan, select, swap_in, fetch, attention,
   ffn, append, lm_head, other
@@ -73,6 +75,7 @@ inline constexpr int phase_count = static_cast<int>(Phase::other) + 1;
   }
   return "other";
 }
+// clang-format on
 
 /// Inverse of phase_name; nullopt for a name that is not a phase.
 [[nodiscard]] constexpr std::optional<Phase> phase_from_name(std::string_view name) noexcept {
@@ -100,12 +103,14 @@ struct nvtx_domain {
 
 namespace detail {
 inline nvtx3::event_attributes range_attributes(const char* message, Phase phase) {
-  return nvtx3::event_attributes{message, nvtx3::rgb{static_cast<std::uint8_t>(phase_colour(phase) >> 16),
-                                                     static_cast<std::uint8_t>(phase_colour(phase) >> 8),
-                                                     static_cast<std::uint8_t>(phase_colour(phase))},
+  return nvtx3::event_attributes{message,
+                                 nvtx3::rgb{static_cast<std::uint8_t>(phase_colour(phase) >> 16),
+                                            static_cast<std::uint8_t>(phase_colour(phase) >> 8),
+                                            static_cast<std::uint8_t>(phase_colour(phase))},
                                  nvtx3::category{static_cast<std::uint32_t>(phase)}};
 }
-inline nvtx3::event_attributes range_attributes(const char* message, Phase phase, std::int64_t payload) {
+inline nvtx3::event_attributes range_attributes(const char* message, Phase phase,
+                                                std::int64_t payload) {
   return nvtx3::event_attributes{message,
                                  nvtx3::rgb{static_cast<std::uint8_t>(phase_colour(phase) >> 16),
                                             static_cast<std::uint8_t>(phase_colour(phase) >> 8),
@@ -117,12 +122,15 @@ inline nvtx3::event_attributes range_attributes(const char* message, Phase phase
 inline const nvtx3::registered_string_in<nvtx_domain>& registered_phase_name(Phase phase) {
   using name = nvtx3::registered_string_in<nvtx_domain>;
   static const name names[phase_count] = {
-      name{phase_name(Phase::api)},       name{phase_name(Phase::step)},    name{phase_name(Phase::layer)},
-      name{phase_name(Phase::embed)},     name{phase_name(Phase::gemm)},    name{phase_name(Phase::indexer)},
-      name{phase_name(Phase::topk)},      name{phase_name(Phase::plan)},    name{phase_name(Phase::scan)},
-      name{phase_name(Phase::select)},    name{phase_name(Phase::swap_in)}, name{phase_name(Phase::fetch)},
-      name{phase_name(Phase::attention)}, name{phase_name(Phase::ffn)},     name{phase_name(Phase::append)},
-      name{phase_name(Phase::lm_head)},   name{phase_name(Phase::other)}};
+      name{phase_name(Phase::api)},       name{phase_name(Phase::step)},
+      name{phase_name(Phase::layer)},     name{phase_name(Phase::embed)},
+      name{phase_name(Phase::gemm)},      name{phase_name(Phase::indexer)},
+      name{phase_name(Phase::topk)},      name{phase_name(Phase::plan)},
+      name{phase_name(Phase::scan)},      name{phase_name(Phase::select)},
+      name{phase_name(Phase::swap_in)},   name{phase_name(Phase::fetch)},
+      name{phase_name(Phase::attention)}, name{phase_name(Phase::ffn)},
+      name{phase_name(Phase::append)},    name{phase_name(Phase::lm_head)},
+      name{phase_name(Phase::other)}};
   return names[static_cast<int>(phase)];
 }
 inline nvtx3::rgb phase_rgb(Phase phase) {
@@ -136,33 +144,34 @@ inline nvtx3::event_attributes phase_attributes(Phase phase) {
 }
 inline nvtx3::event_attributes phase_attributes(Phase phase, std::int64_t payload) {
   return nvtx3::event_attributes{registered_phase_name(phase), phase_rgb(phase),
-                                 nvtx3::category{static_cast<std::uint32_t>(phase)}, nvtx3::payload{payload}};
+                                 nvtx3::category{static_cast<std::uint32_t>(phase)},
+                                 nvtx3::payload{payload}};
 }
 }  // namespace detail
 }  // namespace hisparse
 
 #define HISPARSE_NVTX_CONCAT_(a, b) a##b
 #define HISPARSE_NVTX_CONCAT(a, b) HISPARSE_NVTX_CONCAT_(a, b)
-#define HISPARSE_RANGE(name, phase)                                                 \
-  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(           \
-      hisparse_range_, __COUNTER__) {                                                  \
-    ::hisparse::detail::range_attributes(name, phase)                               \
+#define HISPARSE_RANGE(name, phase)                                                       \
+  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(hisparse_range_, \
+                                                                         __COUNTER__) {   \
+    ::hisparse::detail::range_attributes(name, phase)                                     \
   }
-#define HISPARSE_RANGE_PAYLOAD(name, phase, value)                                  \
-  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(           \
-      hisparse_range_, __COUNTER__) {                                                  \
-    ::hisparse::detail::range_attributes(name, phase, static_cast<std::int64_t>(value)) \
+#define HISPARSE_RANGE_PAYLOAD(name, phase, value)                                        \
+  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(hisparse_range_, \
+                                                                         __COUNTER__) {   \
+    ::hisparse::detail::range_attributes(name, phase, static_cast<std::int64_t>(value))   \
   }
 #define HISPARSE_FUNC_RANGE() HISPARSE_RANGE(__func__, ::hisparse::Phase::api)
-#define HISPARSE_PHASE_RANGE(phase)                                                 \
-  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(           \
-      hisparse_range_, __COUNTER__) {                                               \
-    ::hisparse::detail::phase_attributes(phase)                                     \
+#define HISPARSE_PHASE_RANGE(phase)                                                       \
+  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(hisparse_range_, \
+                                                                         __COUNTER__) {   \
+    ::hisparse::detail::phase_attributes(phase)                                           \
   }
-#define HISPARSE_PHASE_RANGE_PAYLOAD(phase, value)                                  \
-  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(           \
-      hisparse_range_, __COUNTER__) {                                               \
-    ::hisparse::detail::phase_attributes(phase, static_cast<std::int64_t>(value))   \
+#define HISPARSE_PHASE_RANGE_PAYLOAD(phase, value)                                        \
+  ::nvtx3::scoped_range_in<::hisparse::nvtx_domain> HISPARSE_NVTX_CONCAT(hisparse_range_, \
+                                                                         __COUNTER__) {   \
+    ::hisparse::detail::phase_attributes(phase, static_cast<std::int64_t>(value))         \
   }
 #else
 #define HISPARSE_RANGE(name, phase) (void)0

@@ -104,9 +104,9 @@ TEST(EngineScenarios, FathomQualityTracksTheBudget) {
   // The CPU run is deterministic: the same scenario again gates clean on recall, and a gate on a
   // metric no point measured (no hot buffer here) is refused rather than passed.
   TempDir again;
-  (void)run_scenario(
-      "fathom-quality",
-      "--set decode_steps=2 --set warmup_steps=0 --set sweep.budget_bits=[40,128]", again);
+  (void)run_scenario("fathom-quality",
+                     "--set decode_steps=2 --set warmup_steps=0 --set sweep.budget_bits=[40,128]",
+                     again);
   const std::string both =
       (out.path / "results.json").string() + " " + (again.path / "results.json").string();
   const auto same = run_bench("compare " + both + " --metric selection_recall");

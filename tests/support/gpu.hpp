@@ -8,9 +8,9 @@
 
 #include "core/device.hpp"
 
-#define HISPARSE_REQUIRE_GPU()                                                   \
-  do {                                                                           \
-    std::string hisparse_why_;                                                   \
-    if (!::hisparse::cuda_available(&hisparse_why_))                             \
-      GTEST_SKIP() << "GPU test skipped: " << hisparse_why_;                     \
+#define HISPARSE_REQUIRE_GPU()                               \
+  do {                                                       \
+    std::string hisparse_why_;                               \
+    if (!::hisparse::cuda_available(&hisparse_why_))         \
+      GTEST_SKIP() << "GPU test skipped: " << hisparse_why_; \
   } while (0)

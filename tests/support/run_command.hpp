@@ -19,7 +19,8 @@ inline CommandResult run_command(const std::string& command) {
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buf{};
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) r.output.append(buf.data(), n);
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe))
+    r.output.append(buf.data(), n);
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
