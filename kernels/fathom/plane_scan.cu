@@ -307,7 +307,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   constexpr int kPerWarp = scan_blocks_per_warp(THREADS);
   static_assert(kScaleGroupBlocks % (kWarps * kPerWarp) == 0, "a round stays in one scale group");
   constexpr int kPairs = MAX_HEADS / 2;
-  static_assert(MAX_HEADS % 4 == 0 && MAX_HEADS <= kMaxGroupHeads);  // pairs of pairs
+  // Whole pairs of head pairs: neighbouring lanes share the threshold conversions of two pairs.
+  static_assert(MAX_HEADS % 4 == 0 && MAX_HEADS <= kMaxGroupHeads);
   extern __shared__ __align__(16) unsigned char smem[];
   auto* words_s = reinterpret_cast<std::uint64_t*>(smem + m.words);
   auto* scales_s = reinterpret_cast<std::uint16_t*>(smem + m.scales);
@@ -693,12 +694,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       for (int p = 0; p < kPairs; ++p)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[k][p][i] = 0;
-    // This lane's weight row of each pair (mma::weight_word of k-steps 2 ks2, 2 ks2 + 1 lies 4
-    // ks2 bytes on) and its tile column.
+    // This lane's weight row of each pair (mma::weight_row) and its tile column.
     const std::uint8_t* wrow[kPairs];
 #pragma unroll
-    for (int p = 0; p < kPairs; ++p)
-      wrow[p] = wb + mma::weight_index(2 * p + (lane / 4) / 4, lane % 4, sp);
+    for (int p = 0; p < kPairs; ++p) wrow[p] = mma::weight_row(wb, sp, p, lane);
     const auto* stage_bytes = reinterpret_cast<const unsigned char*>(tw);
     const int column_bytes = 8 * mma::tile_column(w0, lane % 4);
     for (int ks2 = 0; ks2 < steps2; ++ks2) {

@@ -305,11 +305,16 @@ HISPARSE_HD std::uint32_t load_word(const std::uint8_t* p) {
   return v;
 #endif
 }
+/// Where `lane`'s weight words of head-pair `pair` start: the word of k-steps 2 ks2, 2 ks2 + 1
+/// lies 4 ks2 bytes on (slot 16 ks2 + t sits at byte ks2 x 4 of row (head, t)).
+HISPARSE_HD const std::uint8_t* weight_row(const std::uint8_t* block_weights, int slots_pad,
+                                           int pair, int lane) {
+  return block_weights + weight_index(2 * pair + (lane / 4) / 4, lane % 4, slots_pad);
+}
 /// The 32-bit weight word of `lane` for head-pair `pair` and k-steps 2 ks2, 2 ks2 + 1.
 HISPARSE_HD std::uint32_t weight_word(const std::uint8_t* block_weights, int slots_pad, int pair,
                                       int ks2, int lane) {
-  const int head = 2 * pair + (lane / 4) / 4, t = lane % 4;
-  return load_word(block_weights + weight_index(head, kSlotsPerWord * ks2 + t, slots_pad));
+  return load_word(weight_row(block_weights, slots_pad, pair, lane) + 4 * ks2);
 }
 /// b0/b1 of k-step 2 ks2 + odd from that word.
 HISPARSE_HD void b_fragment(std::uint32_t word, int odd, int lane, std::uint32_t b[2]) {
