@@ -17,6 +17,7 @@
 // to a scale group of 16 blocks; each block's scales enter as byte multipliers of its codes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/fathom/fathom_math.hpp"
@@ -215,12 +216,14 @@ HISPARSE_HD void plane_row_offsets(int info, int tile_blocks, int zero_row, int 
   for (int p = 0; p < kPlanes; ++p) rows[p] = 8 * tile_blocks * (p < depth ? unit + p : zero_row);
 }
 
-HISPARSE_HD std::uint64_t load_u64(const unsigned char* p) {
+/// sizeof(T) bytes from p (aligned to them) as a little-endian T: one load on the GPU.
+template <class T>
+HISPARSE_HD T load_little_endian(const unsigned char* p) {
 #if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const std::uint64_t*>(p);
+  return *reinterpret_cast<const T*>(p);
 #else
-  std::uint64_t v = 0;
-  for (int k = 0; k < 8; ++k) v |= static_cast<std::uint64_t>(p[k]) << (8 * k);
+  T v = 0;
+  for (std::size_t k = 0; k < sizeof(T); ++k) v |= static_cast<T>(p[k]) << (8 * k);
   return v;
 #endif
 }
@@ -264,7 +267,7 @@ HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const
       const unsigned char* row = column + rows[p];
       HISPARSE_FRAGMENT_UNROLL
       for (int k = 0; k < K; ++k) {
-        const std::uint64_t word = load_u64(row + 8 * W_STEP * k);
+        const auto word = load_little_endian<std::uint64_t>(row + 8 * W_STEP * k);
         lo[k] = add_code_plane(lo[k], static_cast<std::uint32_t>(word), x, p);
         hi[k] = add_code_plane(hi[k], static_cast<std::uint32_t>(word >> 32), x, p);
       }
@@ -297,13 +300,7 @@ HISPARSE_HD void a_fragment(const unsigned char* stage, int column_bytes, const 
 
 /// Four bytes from p (4-byte aligned) as a little-endian word: one 32-bit load on the GPU.
 HISPARSE_HD std::uint32_t load_word(const std::uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const std::uint32_t*>(p);
-#else
-  std::uint32_t v = 0;
-  for (int k = 0; k < 4; ++k) v |= static_cast<std::uint32_t>(p[k]) << (8 * k);
-  return v;
-#endif
+  return load_little_endian<std::uint32_t>(p);
 }
 /// Where `lane`'s weight words of head-pair `pair` start: the word of k-steps 2 ks2, 2 ks2 + 1
 /// lies 4 ks2 bytes on (slot 16 ks2 + t sits at byte ks2 x 4 of row (head, t)).
