@@ -118,8 +118,9 @@ def main():
           "instruction |\n| --- | ---: | ---: | ---: | ---: | --- |")
     for first, last, n, s in sorted(runs, key=lambda b: -b[2] * (b[1] - b[0] + 1))[:args.top]:
         size = last - first + 1
-        print(f"| {first + 1}-{last + 1} | {size} | {n:,} | {100 * n * size / total:.1f}%{per(n * size)}"
-              f" | {100 * s / samples:.1f}% | `{rows[first][4][:60]}` |")
+        share = f"{100 * n * size / total:.1f}%{per(n * size)}"
+        print(f"| {first + 1}-{last + 1} | {size} | {n:,} | {share} | {100 * s / samples:.1f}% "
+              f"| `{rows[first][4][:60]}` |")
 
     by_count = collections.Counter()
     for first, last, n, _ in runs:
@@ -127,7 +128,8 @@ def main():
     print("\n| executions per line | instructions | share |\n| ---: | ---: | ---: |")
     for n, instructions in by_count.most_common(args.top):
         if n:
-            print(f"| {n:,} | {instructions:,}{per(instructions)} | {100 * instructions / total:.1f}% |")
+            share = 100 * instructions / total
+            print(f"| {n:,} | {instructions:,}{per(instructions)} | {share:.1f}% |")
 
 
 if __name__ == "__main__":

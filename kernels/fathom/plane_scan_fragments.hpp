@@ -11,10 +11,12 @@
 //   b0/b1 = W[head 2P + g/4][slot t / 4 + t] in byte g % 4, zero elsewhere;
 //   c0..c3 = head 2P + t/2, tokens g + 16 (t & 1) + {0, 8, 32, 40}.
 // Slots are the active channels ordered by depth (deepest first, then by channel; sign reads last
-// of all), so that the four slots a warp builds together have about equal depths; padding slots have depth 0 and
-// weight 0. Weights of one scale group live in shared memory as [head][t][slot / 4] bytes (slot % 4 =
-// t), so that one 32-bit load gives a lane its b0/b1 of two consecutive k-steps. Weights belong
-// to a scale group of 16 blocks; each block's scales enter as byte multipliers of its codes.
+// of all), so that the four slots a warp builds together have about equal depths; padding slots
+// have depth 0 and weight 0. Weights of one scale group live in shared memory as
+// [head][t][slot / 4] bytes (slot % 4 = t), so that one 32-bit load gives a lane its b0/b1 of two
+// consecutive k-steps. Weights belong to a scale group of 16 blocks; each block's scales enter as
+// byte multipliers of its codes. Each slot's plane rows are precomputed (plane_row_offsets), so
+// the A registers cost a 16-byte row load per half and 2 instructions per plane and half word.
 #pragma once
 
 #include <cstddef>
@@ -234,11 +236,11 @@ HISPARSE_HD T load_little_endian(const unsigned char* p) {
 /// plane_row_offsets lays them out (plane_rows[4 slot + p]; stage: the tile's first word;
 /// column_bytes: 8 x tile_column(w0, lane % 4)). Slots are ordered deepest first, so a half's
 /// plane count is its first slot's depth, the same for the whole warp. Every plane of that
-/// count is loaded; a slot that is shallower reads zeros there, so a plane costs one load per block and a funnel shift
-/// and a LOP3 per half word, with no per-lane selects. The K blocks lie W_STEP apart; W_STEP is
-/// a multiple of 8 (or K is 1), so that their columns w ^ 2 t lie 8 x W_STEP bytes apart too:
-/// the XOR changes bits 1-2 of w and the step only bits from 3 up. The K blocks share the slots,
-/// so one set of row loads serves them all.
+/// count is loaded; a slot that is shallower reads zeros there, so a plane costs one load per
+/// block and a funnel shift and a LOP3 per half word, with no per-lane selects. The K blocks lie
+/// W_STEP apart; W_STEP is a multiple of 8 (or K is 1), so that their columns w ^ 2 t lie
+/// 8 x W_STEP bytes apart too: the XOR changes bits 1-2 of w and the step only bits from 3 up.
+/// The K blocks share the slots, so one set of row loads serves them all.
 template <int K, int W_STEP>
 HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const int* plane_rows,
                              const int* slot_info, const std::uint8_t* block_mult, int mult_step,
