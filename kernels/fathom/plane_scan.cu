@@ -206,6 +206,30 @@ struct GroupRecordInputs {
   int slots, scaled, slots_read, heads_pad;
 };
 
+// The constant terms of one scale group's 16 blocks and every head (plane_scan_fragments.hpp),
+// by one warp: one MMA per 32 slots over the group's multipliers [16][slots_pad] and its weights;
+// terms[block * heads_pad + head] gets minus the term.
+__device__ __forceinline__ void write_group_terms(const std::uint8_t* group_mult,
+                                                  const std::uint8_t* magnitudes,
+                                                  const std::uint8_t* group_weights, int sp, int hp,
+                                                  int slots_read, int lane, int* terms) {
+  int term[4] = {0, 0, 0, 0};
+#pragma unroll 1
+  for (int k0 = 0; k0 < slots_read; k0 += 2 * mma::kSlotsPerWord) {
+    std::uint32_t af[4], bf[2];
+    mma::offset_fragments(group_mult, magnitudes, group_weights, sp, hp, k0, slots_read, lane, af,
+                          bf);
+    mma::mma_u8s8(term, af, bf);
+  }
+  if (2 * (lane % 4) < hp) {  // columns 2t, 2t + 1 of rows g, g + 8; heads_pad is even
+    int* at = terms + (lane / 4) * hp + 2 * (lane % 4);
+    at[0] = -term[0];
+    at[1] = -term[1];
+    at[8 * hp] = -term[2];
+    at[8 * hp + 1] = -term[3];
+  }
+}
+
 // One scale group's scoring record (ScanRecordLayout), computed by one warp into `rec` (16-byte
 // aligned) with `group_max` (slots_pad floats) as scratch, one lane per slot: the group's largest
 // scale per slot, the blocks' multipliers, the 8-bit weights and shifts per head, and the
@@ -261,20 +285,8 @@ __device__ void write_group_record(const GroupRecordInputs& in, const PlaneLayou
     if (lane == 0) shifts[h] = shift;
   }
   __syncwarp();
-  int term[4] = {0, 0, 0, 0};
-  for (int k0 = 0; k0 < in.slots_read; k0 += 2 * mma::kSlotsPerWord) {
-    std::uint32_t af[4], bf[2];
-    mma::offset_fragments(mults, in.magnitudes, rec + r.weights(), sp, hp, k0, in.slots_read, lane,
-                          af, bf);
-    mma::mma_u8s8(term, af, bf);
-  }
-  if (2 * (lane % 4) < hp) {  // columns 2t, 2t + 1 of rows g, g + 8; heads_pad is even
-    int* at = reinterpret_cast<int*>(rec + r.terms()) + (lane / 4) * hp + 2 * (lane % 4);
-    at[0] = -term[0];
-    at[1] = -term[1];
-    at[8 * hp] = -term[2];
-    at[8 * hp + 1] = -term[3];
-  }
+  write_group_terms(mults, in.magnitudes, rec + r.weights(), sp, hp, in.slots_read, lane,
+                    reinterpret_cast<int*>(rec + r.terms()));
   __syncwarp();
 }
 
@@ -635,22 +647,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     // group: one MMA per 32 slots over the multipliers and the weights just written.
     for (int g = warp; g < m.groups; g += kWarps) {
       if (tile * tb + g * kScaleGroupBlocks >= nb) continue;
-      int term[4] = {0, 0, 0, 0};
-#pragma unroll 1
-      for (int k0 = 0; k0 < slots_read; k0 += 2 * mma::kSlotsPerWord) {
-        std::uint32_t af[4], bf[2];
-        mma::offset_fragments(mults + g * kScaleGroupBlocks * sp, magnitudes,
-                              wts + static_cast<std::int64_t>(g) * hp * sp, sp, hp, k0, slots_read,
-                              lane, af, bf);
-        mma::mma_u8s8(term, af, bf);
-      }
-      if (2 * (lane % 4) < hp) {  // columns 2t, 2t + 1 of rows g, g + 8; heads_pad is even
-        int* at = group_terms(st, g) + (lane / 4) * hp + 2 * (lane % 4);
-        at[0] = -term[0];
-        at[1] = -term[1];
-        at[8 * hp] = -term[2];
-        at[8 * hp + 1] = -term[3];
-      }
+      write_group_terms(mults + g * kScaleGroupBlocks * sp, magnitudes,
+                        wts + static_cast<std::int64_t>(g) * hp * sp, sp, hp, slots_read, lane,
+                        group_terms(st, g));
     }
   };
 
