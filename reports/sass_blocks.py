@@ -45,12 +45,14 @@ def read_sass(path):
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
     samples = "Warp Stall Sampling (All Samples)"
     rows = []
+    def number(r, name):
+        return float(r[col[name]] or 0) if name in col else 0.0
+
     for r in table[2:]:
         if len(r) != len(header):
             continue
-        number = lambda name: float(r[col[name]] or 0) if name in col else 0.0  # noqa: E731
-        rows.append((r[col["Address"]], int(number("Instructions Executed")), number(samples),
-                     {k[len("stall_"):]: number(k) for k in reasons}, r[col["Source"]].strip()))
+        rows.append((r[col["Address"]], int(number(r, "Instructions Executed")), number(r, samples),
+                     {k[len("stall_"):]: number(r, k) for k in reasons}, r[col["Source"]].strip()))
     return kernel, rows
 
 
