@@ -143,16 +143,17 @@ HISPARSE_HD float scale_step(float group_max) {
 /// m = rint(a x step) in 0..16 for a block scale `a` and its group's scale_step; 0 when `a` is
 /// 0, negative or not a number. One multiply per block: the division is per group (the scan
 /// computes it once per lane of four blocks), and one rounding of a / S x 16 or of a x (16 / S)
-/// is as good as the other.
+/// is as good as the other. Clamped before the rounding, with no branch: the bounds are
+/// integers, so that equals rounding first, and fmaxf turns a NaN product (an infinite scale
+/// times the step 0 of its group, or a NaN scale) into 0. The scan's record prologue converts
+/// every (block, slot) of a chunk here; the branches took about 14 instructions a block.
 HISPARSE_HD int scale_multiplier_by(float a, float step) {
-  if (!(a > 0.0f)) return 0;
 #if defined(__CUDA_ARCH__)
-  const float r = rintf(__fmul_rn(a, step));
+  const float x = __fmul_rn(a, step);
 #else
-  const float r = rintf(a * step);
+  const float x = a * step;
 #endif
-  if (!(r >= 0.0f)) return 0;  // an infinite scale times the step 0 of its group: NaN
-  return r > static_cast<float>(kScaleSteps) ? kScaleSteps : static_cast<int>(r);
+  return static_cast<int>(rintf(fminf(fmaxf(x, 0.0f), static_cast<float>(kScaleSteps))));
 }
 /// scale_multiplier_by(a, scale_step(group_max)).
 HISPARSE_HD int scale_multiplier(float a, float group_max) {

@@ -660,7 +660,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   bool near_full = false;  // this thread appended at or past a head's compaction bound this round
   auto score_round = [&](int tile, int st, int w0) {
     const std::uint64_t* tw = words_s + st * (m.words_stage / 8);
-    const int g = w0 / kScaleGroupBlocks;
+    // w0 >= 0: as unsigned, divisions and remainders by kScaleGroupBlocks are shifts and masks.
+    const unsigned uw0 = static_cast<unsigned>(w0);
+    const int g = static_cast<int>(uw0 / kScaleGroupBlocks);
     // The group's multipliers [16][slots_pad], weights, constant terms and shifts: a staged
     // record (ScanRecordLayout) or what the prep wrote.
     const std::uint8_t *group_mults, *wb;
@@ -683,7 +685,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     bool live[kPerWarp];
 #pragma unroll
     for (int k = 0; k < kPerWarp; ++k) {
-      bm[k] = group_mults + ((w0 + k * kWarps) % kScaleGroupBlocks) * sp;
+      bm[k] = group_mults + ((uw0 + k * kWarps) % kScaleGroupBlocks) * sp;
       live[k] = tile * tb + w0 + k * kWarps < nb;
     }
     int acc[kPerWarp][kPairs][4];
@@ -750,7 +752,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       int offset[kPairs], floor[kPairs];
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
-        offset[p] = terms[((w0 + k * kWarps) % kScaleGroupBlocks) * hp + mma::lane_head(lane, p)];
+        offset[p] = terms[((uw0 + k * kWarps) % kScaleGroupBlocks) * hp + mma::lane_head(lane, p)];
         floor[p] =
             least[p] == INT_MIN || least[p] == INT_MAX ? least[p] : (least[p] - offset[p]) >> 1;
       }

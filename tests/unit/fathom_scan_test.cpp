@@ -204,6 +204,14 @@ TEST(FathomScanMath, ScaleMultipliersRoundToSixteenthsOfTheGroupMaximum) {
   EXPECT_EQ(kf::scale_multiplier_by(5.0f, kf::scale_step(5.0f)), 16);  // the group's largest
   EXPECT_EQ(kf::scale_step(0.0f), 0.0f);
   EXPECT_EQ(kf::scale_multiplier_by(INFINITY, kf::scale_step(INFINITY)), 0);
+  // Outside 0..16 the multiplier clamps, and a negative scale never gives a negative one.
+  EXPECT_EQ(kf::scale_multiplier_by(2.0f, 16.0f), 16);   // 32
+  EXPECT_EQ(kf::scale_multiplier_by(1.03f, 16.0f), 16);  // 16.48
+  EXPECT_EQ(kf::scale_multiplier_by(INFINITY, 1.0f), 16);
+  EXPECT_EQ(kf::scale_multiplier_by(-1.0f, 16.0f), 0);
+  EXPECT_EQ(kf::scale_multiplier_by(-0.01f, 16.0f), 0);  // -0.16 would round to -0
+  EXPECT_EQ(kf::scale_multiplier_by(-INFINITY, 1.0f), 0);
+  EXPECT_EQ(kf::scale_multiplier_by(NAN, 0.0f), 0);
   EXPECT_EQ(kf::group_scale_max(0.0f, NAN), 0.0f);  // a NaN scale never becomes the maximum
 }
 
