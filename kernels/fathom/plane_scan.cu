@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_fp16.h>
@@ -439,13 +440,14 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     depths = planned;
   }
   if (warp == 0) {
-    int units = 0, scaled = 0;
+    int units = 0, scaled = 0, deep = 0;
     const int slots = mma::order_slots_warp(depths, d, slot_channel, slot_info, unit_code,
-                                            m.units_cap, &units, &scaled, lane);
+                                            m.units_cap, &units, &scaled, lane, &deep);
     if (lane == 0) {
       scratch[0] = slots;
       scratch[1] = units;
       scratch[2] = scaled;
+      scratch[3] = deep;
     }
   }
   for (int h = tid; h < kMaxGroupHeads; h += THREADS) {
@@ -457,7 +459,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     }
   }
   __syncthreads();
-  const int n_slots = scratch[0], n_units = scratch[1], n_scaled = scratch[2];
+  const int n_slots = scratch[0], n_units = scratch[1], n_scaled = scratch[2], n_deep = scratch[3];
   if (n_units > m.units_cap) {  // depths exceed the budget the launch was sized for
     for (int h = tid; h < heads; h += THREADS)
       ws.candidate_counts[count_base() + h * ws.chunks] = -1;
@@ -479,6 +481,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   __syncthreads();
   const int steps2 = (n_slots + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
   const int slots_read = steps2 * mma::kSlotsPerWord;
+  // Passes of two k-steps from which every slot reads at most one plane (a_fragments' SHALLOW).
+  const int deep_steps2 = (n_deep + mma::kSlotsPerWord - 1) / mma::kSlotsPerWord;
 
   // Prologue (planes not staged): the scoring record of every scale group of the chunk, one warp
   // per group in a scratch record inside the (still empty) candidate buffers, copied to
@@ -701,7 +705,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     for (int p = 0; p < kPairs; ++p) wrow[p] = mma::weight_row(wb, sp, p, lane);
     const auto* stage_bytes = reinterpret_cast<const unsigned char*>(tw);
     const int column_bytes = 8 * mma::tile_column(w0, lane % 4);
-    for (int ks2 = 0; ks2 < steps2; ++ks2) {
+    // One pass: two k-steps (16 slots) of every block and head pair. `shallow` (a
+    // std::bool_constant): no slot of the pass reads more than one plane.
+    const auto pass = [&](int ks2, auto shallow) {
       std::uint32_t wword[kPairs];
 #pragma unroll
       for (int p = 0; p < kPairs; ++p)
@@ -709,8 +715,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
         std::uint32_t af[kPerWarp][4];
-        mma::a_fragments<kPerWarp, kWarps>(stage_bytes, column_bytes, plane_rows, slot_info, bm[0],
-                                           kWarps * sp, 2 * ks2 + odd, lane, af);
+        mma::a_fragments<kPerWarp, kWarps, decltype(shallow)::value>(
+            stage_bytes, column_bytes, plane_rows, slot_info, bm[0], kWarps * sp, 2 * ks2 + odd,
+            lane, af);
 #pragma unroll
         for (int p = 0; p < kPairs; ++p) {
           if (p < pairs) {
@@ -721,7 +728,10 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
           }
         }
       }
-    }
+    };
+    int ks2 = 0;
+    for (; ks2 < deep_steps2; ++ks2) pass(ks2, std::false_type{});
+    for (; ks2 < steps2; ++ks2) pass(ks2, std::true_type{});
     // Per pair: this lane's head, its shift and the smallest sum that can enter at the head's
     // current threshold. Lanes t and t ^ 1 hold the same head of each pair (mma::lane_head), so
     // each converts the threshold of every other pair and takes the rest from its neighbour.

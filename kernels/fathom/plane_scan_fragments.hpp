@@ -51,6 +51,10 @@ inline constexpr int kSlotClasses = kPlanes + 1;
 HISPARSE_HD std::uint8_t slot_class_byte(int c) {
   return c < kPlanes ? static_cast<std::uint8_t>(kPlanes - c) : kSignRead;
 }
+/// Classes 0..2 (depths 4, 3, 2) are the deep slots; from class 3 on (depth 1 and sign reads) a
+/// slot reads one plane, so the fragment build of a k-step whose slots all lie there needs no
+/// plane count (a_fragments' SHALLOW form).
+inline constexpr int kDeepSlotClasses = kPlanes - 1;
 HISPARSE_HD int slot_info_word(std::uint8_t depth, int unit) {
   return (depth == kSignRead ? 1 << 20 : 0) | (read_planes(depth) << 16) | unit;
 }
@@ -110,10 +114,12 @@ HISPARSE_HD int order_slots(const std::uint8_t* depths, int channels, int* slot_
 /// each class, and each channel's slot is the number of channels in earlier classes plus its rank
 /// among the channels of its own class. The single-thread loop took about 512 dependent steps at
 /// head_dim 128, a fixed cost of every scan block. Unit codes from `unit_cap` on are not written
-/// (*units still counts them): a plan over the budget is refused, never staged.
+/// (*units still counts them): a plan over the budget is refused, never staged. *deep (when
+/// given): the slots that read two planes or more, which come first (kDeepSlotClasses).
 __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int channels,
                                                 int* slot_channel, int* slot_info, int* unit_code,
-                                                int unit_cap, int* units, int* scaled, int lane) {
+                                                int unit_cap, int* units, int* scaled, int lane,
+                                                int* deep = nullptr) {
   int count[kSlotClasses] = {};
   for (int c0 = 0; c0 < channels; c0 += 32) {
     const int j = c0 + lane;
@@ -132,6 +138,7 @@ __device__ __forceinline__ int order_slots_warp(const std::uint8_t* depths, int 
     u += count[c] * read_planes(slot_class_byte(c));
   }
   *scaled = slot_base[kPlanes];
+  if (deep != nullptr) *deep = slot_base[kDeepSlotClasses];
   const unsigned below = (1u << lane) - 1u;
   for (int c0 = 0; c0 < channels; c0 += 32) {
     const int j = c0 + lane;
@@ -240,8 +247,12 @@ HISPARSE_HD T load_little_endian(const unsigned char* p) {
 /// block and a funnel shift and a LOP3 per half word, with no per-lane selects. The K blocks lie
 /// W_STEP apart; W_STEP is a multiple of 8 (or K is 1), so that their columns w ^ 2 t lie
 /// 8 x W_STEP bytes apart too: the XOR changes bits 1-2 of w and the step only bits from 3 up.
-/// The K blocks share the slots, so one set of row loads serves them all.
-template <int K, int W_STEP>
+/// The K blocks share the slots, so one set of row loads serves them all. SHALLOW: every slot
+/// of the k-step reads at most one plane (no slot of kDeepSlotClasses), so the plane count is not
+/// read and no branch is taken. At budget 48 about two thirds of a 1M-token scan's halves read
+/// one plane (ncu, H200, PERF_LOG 2026-12-04), and there the count, its test and the branch's
+/// bookkeeping were about a quarter of a half's instructions.
+template <int K, int W_STEP, bool SHALLOW = false>
 HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const int* plane_rows,
                              const int* slot_info, const std::uint8_t* block_mult, int mult_step,
                              int ks, int lane, std::uint32_t (*a)[4]) {
@@ -251,17 +262,21 @@ HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const
   HISPARSE_FRAGMENT_UNROLL
   for (int half_slot = 0; half_slot < 2; ++half_slot) {
     const int first = ks * kSlotsPerStep + 4 * half_slot;
-    const int planes = slot_depth(slot_info[first]);
+    const int planes = SHALLOW ? 1 : slot_depth(slot_info[first]);
     int rows[kPlanes];
+    if constexpr (SHALLOW) {
+      rows[0] = plane_rows[4 * (first + t)];
+    } else {
 #if defined(__CUDA_ARCH__)
-    const int4 r4 = *reinterpret_cast<const int4*>(plane_rows + 4 * (first + t));
-    rows[0] = r4.x;
-    rows[1] = r4.y;
-    rows[2] = r4.z;
-    rows[3] = r4.w;
+      const int4 r4 = *reinterpret_cast<const int4*>(plane_rows + 4 * (first + t));
+      rows[0] = r4.x;
+      rows[1] = r4.y;
+      rows[2] = r4.z;
+      rows[3] = r4.w;
 #else
-    for (int p = 0; p < kPlanes; ++p) rows[p] = plane_rows[4 * (first + t) + p];
+      for (int p = 0; p < kPlanes; ++p) rows[p] = plane_rows[4 * (first + t) + p];
 #endif
+    }
     std::uint32_t lo[K], hi[K];
     HISPARSE_FRAGMENT_UNROLL
     for (int k = 0; k < K; ++k) lo[k] = hi[k] = 0;
@@ -275,7 +290,7 @@ HISPARSE_HD void a_fragments(const unsigned char* stage, int column_bytes, const
       }
     };
     add_plane(0);  // a padding half (no plane) reads the zero row
-    if (planes > 1) {
+    if (!SHALLOW && planes > 1) {
       add_plane(1);
       if (planes > 2) {
         add_plane(2);

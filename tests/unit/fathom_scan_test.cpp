@@ -361,14 +361,24 @@ TEST(FathomScanFragments, RegistersHoldEachSlotsCodesToItsDepth) {
     }
     return v;
   };
-  int nonzero = 0;
+  // Slots 0-7 read two planes or more; from k-step 1 on every slot reads one plane at most, so
+  // the SHALLOW build (no plane counts read) must give the same registers there.
+  const int deep = static_cast<int>(std::count_if(info.begin(), info.begin() + slots,
+                                                  [](int i) { return km::slot_depth(i) >= 2; }));
+  ASSERT_EQ(deep, 8);
+  int nonzero = 0, shallow_nonzero = 0;
   for (int w0 : {0, 3, 16, 23})
     for (int ks = 0; ks < kSlotsPad / 8; ++ks)
       for (int lane = 0; lane < 32; ++lane) {
-        std::uint32_t both[2][4], alone[4];
-        km::a_fragments<2, kStep>(stage, 8 * km::tile_column(w0, lane % 4), rows.data(),
-                                  info.data(), mult.data() + w0 * kSlotsPad, kStep * kSlotsPad, ks,
-                                  lane, both);
+        const int column = 8 * km::tile_column(w0, lane % 4);
+        std::uint32_t both[2][4], alone[4], shallow[2][4];
+        km::a_fragments<2, kStep>(stage, column, rows.data(), info.data(),
+                                  mult.data() + w0 * kSlotsPad, kStep * kSlotsPad, ks, lane, both);
+        const bool is_shallow = ks * km::kSlotsPerStep >= deep;
+        if (is_shallow)
+          km::a_fragments<2, kStep, true>(stage, column, rows.data(), info.data(),
+                                          mult.data() + w0 * kSlotsPad, kStep * kSlotsPad, ks, lane,
+                                          shallow);
         for (int k = 0; k < 2; ++k) {
           const int w = w0 + k * kStep;
           km::a_fragment(stage, 8 * km::tile_column(w, lane % 4), rows.data(), info.data(),
@@ -377,11 +387,16 @@ TEST(FathomScanFragments, RegistersHoldEachSlotsCodesToItsDepth) {
             const std::uint32_t want = expected(w, ks, lane, r);
             ASSERT_EQ(both[k][r], want) << w0 << " " << k << " " << ks << " " << lane << " " << r;
             ASSERT_EQ(alone[r], want) << w << " " << ks << " " << lane << " " << r;
+            if (is_shallow) {
+              ASSERT_EQ(shallow[k][r], want) << w0 << " " << k << " " << ks << " " << lane;
+              shallow_nonzero += want != 0;
+            }
             nonzero += want != 0;
           }
         }
       }
   EXPECT_GT(nonzero, 500);  // the registers carry codes: the comparison can fail
+  EXPECT_GT(shallow_nonzero, 100);
   // Worked by hand (rows of 8 x 32 = 256 bytes): depth 4 takes slots 0-1 (units 0-7), depth 3
   // slots 2-4 (units 8-16), depth 2 slots 5-7 (units 17-22), depth 1 slots 8-15 (units 23-30); the
   // zero row is row 31. Slot 2 (channel 2) reads units 8, 9, 10 and then zeros, slot 8 (channel
