@@ -20,14 +20,13 @@ struct ScanVariant {
 
 /// Index 0 is the default. Shared-memory targets leave 1 KB per block of the SM's 228 KB for the
 /// runtime; registers per thread are capped at 64K / (threads x blocks_per_sm). The default
-/// instance (variant 0, a GQA group of 4) compiles without register spills (ptxas -v,
-/// 2026-12-04). Since the scoring-record prologue the other HBM and direct-host instances spill
-/// 4-76 bytes (before it: 0-4), and variant 1 runs 5-6% slower than before it (PERF_LOG
-/// 2026-12-04); 24 warps per SM (256 x 3, 80 registers) spilled 24-80 bytes and 32 warps (256 x
-/// 4, 64 registers) 76-160 bytes, so they are not offered. The staged-host instances of variant
-/// 0 (which carry the copy role) spill 60 bytes (group of 4), 88 (up to 4 heads) and 188 (up to
-/// 8 heads); the staged scan is PCIe-bound (1393 against 1421 us at 1M batch 1 with more spills,
-/// PERF_LOG 2026-12-01).
+/// instance (variant 0, a GQA group of 4) compiles without register spills (ptxas -v at 367df0c,
+/// 2026-12-04), and so do the rescan instances; the other HBM and direct-host instances spill
+/// 0-16 bytes (variant 2 16, the groups of up to 8 heads 8-12). 24 warps per SM (256 x 3, 80
+/// registers) spilled 24-80 bytes and 32 warps (256 x 4, 64 registers) 76-160 bytes, so they are
+/// not offered. The staged-host instances of variant 0 (which carry the copy role) spill 88
+/// bytes (group of 4), 96 (up to 4 heads) and 208 (up to 8 heads); the staged scan is PCIe-bound
+/// (1393 against 1421 us at 1M batch 1 with more spills, PERF_LOG 2026-12-01).
 inline constexpr ScanVariant kScanVariants[] = {
     {256, 2, 32, 64, 110 * 1024, 1},  // 0: 16 warps/SM in 8-warp blocks, <= 128 registers
     {128, 4, 16, 16, 54 * 1024, 1},   // 1: 16 warps/SM in 4-warp blocks (cheaper barriers)
