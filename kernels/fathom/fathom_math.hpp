@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/config.hpp"
 #include "core/dtypes.hpp"
@@ -229,13 +230,18 @@ HISPARSE_HD std::uint32_t selection_key_position(std::uint64_t key) {
 }
 /// Positions [first, end) of a stream of n tokens outside its sinks and its recent window: the
 /// tokens each head's top `keep` is chosen from (sinks and recent tokens are always selected).
-struct EligibleWindow {
-  std::int64_t first = 0, end = 0;
-  [[nodiscard]] HISPARSE_HD std::int64_t size() const { return end - first; }
+/// In the type of n: the scan kernel takes it in 32 bits (positions fit in 31), where ptxas
+/// recomputes the bounds in every round rather than hold them, at a third of the 64-bit cost.
+template <class I>
+struct EligibleWindowOf {
+  I first = 0, end = 0;
+  [[nodiscard]] HISPARSE_HD I size() const { return end - first; }
 };
-HISPARSE_HD EligibleWindow eligible_window(std::int64_t n, std::int32_t sinks,
-                                           std::int32_t recent) {
-  const std::int64_t first = n < sinks ? n : sinks;
+using EligibleWindow = EligibleWindowOf<std::int64_t>;
+template <class I>
+HISPARSE_HD EligibleWindowOf<I> eligible_window(I n, std::type_identity_t<I> sinks,
+                                                std::type_identity_t<I> recent) {
+  const I first = n < sinks ? n : sinks;
   return {first, n - recent > first ? n - recent : first};
 }
 /// The filter a seed score gives a streaming top-k: every key of a score >= seed lies above it,

@@ -423,9 +423,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
   const int tile_end = staged ? tiles
                               : min(tiles, static_cast<int>(static_cast<std::int64_t>(tiles) *
                                                             (chunk + 1) / stream_chunks));
-  const EligibleWindow window = eligible_window(n, a.sinks, a.recent);
-  const int first_eligible = static_cast<int>(window.first);
-  const int end_eligible = static_cast<int>(window.end);
+  const auto window = eligible_window(static_cast<int>(n), a.sinks, a.recent);
+  const int first_eligible = window.first, end_eligible = window.end;
   // Entry of (stream, head 0, chunk) in the candidate counts (recomputed where used); a rescan
   // block's own grid position.
   const auto count_base = [&]() -> std::int64_t {

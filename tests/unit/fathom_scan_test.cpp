@@ -215,6 +215,26 @@ TEST(FathomScanMath, ScaleMultipliersRoundToSixteenthsOfTheGroupMaximum) {
   EXPECT_EQ(kf::group_scale_max(0.0f, NAN), 0.0f);  // a NaN scale never becomes the maximum
 }
 
+TEST(FathomScanMath, EligibleWindowLeavesOutSinksAndRecentTokens) {
+  // Worked by hand, 4 sinks and 32 recent: n -> [first, end). A stream shorter than the sinks and
+  // the window together has an empty window at min(n, 4); the kernel's 32-bit form agrees.
+  const std::int64_t cases[][3] = {{100, 4, 68},
+                                   {37, 4, 5},
+                                   {36, 4, 4},
+                                   {20, 4, 4},
+                                   {3, 3, 3},
+                                   {0, 0, 0},
+                                   {1 << 20, 4, (1 << 20) - 32}};
+  for (const auto& c : cases) {
+    const auto wide = kf::eligible_window(c[0], 4, 32);
+    const auto narrow = kf::eligible_window(static_cast<int>(c[0]), 4, 32);
+    EXPECT_EQ(wide.first, c[1]) << c[0];
+    EXPECT_EQ(wide.end, c[2]) << c[0];
+    EXPECT_EQ(narrow.first, c[1]) << c[0];
+    EXPECT_EQ(narrow.end, c[2]) << c[0];
+  }
+}
+
 TEST(FathomScanMath, CandidateBoundIsConservative) {
   Rng rng(5);
   int tight = 0;
