@@ -205,6 +205,29 @@ __device__ int for_each_unproven(const PlaneScanArgs& a, const PlaneScanWorkspac
   return unproven;
 }
 
+// The 8-bit weights of one head in one scale group, by one warp, one lane per slot: the
+// shift that puts the group's largest |q x group scale| in [64, 128), then each slot's weight
+// at weight_index (zeros from `slots` to `slots_read`). Returns the shift. Shared by the
+// scoring records and the staged prep, so that both give the same bits. UNROLL keeps each
+// caller's code as it was: the records' loops by 4 (what nvcc chose there), the staged prep's not
+// at all (unrolled, its instances spilled 44 bytes more; ptxas -v, 2026-12-04).
+template <int UNROLL>
+__device__ __forceinline__ int write_head_weights(const float* q, const float* group_scales,
+                                                  int slots, int slots_read, int sp, int h,
+                                                  int lane, std::int8_t* weights) {
+  float max_abs = 0.0f;
+#pragma unroll(UNROLL)
+  for (int sl = lane; sl < slots; sl += 32)
+    max_abs = fmaxf(max_abs, fabsf(q[sl] * group_scales[sl]));
+  const int shift =
+      weight_shift(detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs))));
+#pragma unroll(UNROLL)
+  for (int sl = lane; sl < slots_read; sl += 32)
+    weights[mma::weight_index(h, sl, sp)] =
+        static_cast<std::int8_t>(sl < slots ? quantize_weight(q[sl] * group_scales[sl], shift) : 0);
+  return shift;
+}
+
 // What the scan needs per scale group (slots ordered, queries of the block's stream in shared
 // memory), for write_group_record.
 struct GroupRecordInputs {
@@ -281,15 +304,8 @@ __device__ void write_group_record(const GroupRecordInputs& in, const PlaneLayou
   auto* weights = reinterpret_cast<std::int8_t*>(rec + r.weights());
   auto* shifts = reinterpret_cast<int*>(rec + r.shifts());
   for (int h = 0; h < hp; ++h) {
-    const float* q = in.queries + h * sp;
-    float max_abs = 0.0f;
-    for (int sl = lane; sl < in.slots; sl += 32)
-      max_abs = fmaxf(max_abs, fabsf(q[sl] * group_max[sl]));
-    const int shift = weight_shift(
-        detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs))));
-    for (int sl = lane; sl < in.slots_read; sl += 32)
-      weights[mma::weight_index(h, sl, sp)] = static_cast<std::int8_t>(
-          sl < in.slots ? quantize_weight(q[sl] * group_max[sl], shift) : 0);
+    const int shift = write_head_weights<4>(in.queries + h * sp, group_max, in.slots, in.slots_read,
+                                            sp, h, lane, weights);
     if (lane == 0) shifts[h] = shift;
   }
   __syncwarp();
@@ -635,21 +651,9 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     for (int pair = warp; pair < m.groups * hp; pair += kWarps) {
       const int g = pair / hp, h = pair - g * hp;
       if (tile * tb + g * kScaleGroupBlocks >= nb) continue;
-      auto* wg = reinterpret_cast<std::int8_t*>(wts) + static_cast<std::int64_t>(g) * hp * sp;
-      const float* group_scales = gmax + g * sp;
-      const float* q = qs + h * sp;
-      float max_abs = 0.0f;
-#pragma unroll 1
-      for (int sl = lane; sl < n_slots; sl += 32)
-        max_abs = fmaxf(max_abs, fabsf(q[sl] * group_scales[sl]));
-      const int shift = weight_shift(
-          detail::bits_float(__reduce_max_sync(0xffffffffu, detail::float_bits(max_abs))));
-#pragma unroll 1
-      for (int sl = lane; sl < slots_read; sl += 32) {
-        const bool live = sl < n_slots;
-        wg[mma::weight_index(h, sl, sp)] =
-            static_cast<std::int8_t>(live ? quantize_weight(q[sl] * group_scales[sl], shift) : 0);
-      }
+      const int shift = write_head_weights<1>(
+          qs + h * sp, gmax + g * sp, n_slots, slots_read, sp, h, lane,
+          reinterpret_cast<std::int8_t*>(wts) + static_cast<std::int64_t>(g) * hp * sp);
       if (lane == 0) shifts[g * hp + h] = shift;
     }
     __syncthreads();
