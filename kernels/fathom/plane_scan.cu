@@ -1217,7 +1217,7 @@ ScanKernel scan_kernel_for(const PlaneScanArgs& args, int variant, bool staged,
 
 int plane_scan_resident_blocks(const PlaneScanArgs& args, const PlaneScanWorkspace& ws) {
   check_scan_variant(ws.variant, "fathom scan: workspace variant");
-  const ScanSharedPlan scan = plan_scan_shared(args, ws.budget, ws.tile_blocks, ws.variant);
+  const ScanSharedPlan scan = plan_scan_shared(args, ws);
   const ScanKernel kernel = scan_kernel_for(args, ws.variant, ws.staging.enabled());
   HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(scan.total)));
@@ -1231,7 +1231,7 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
                               cudaStream_t stream) {
   if (args.streams == 0) return;
   check_scan_variant(ws.variant, "fathom scan: workspace variant");
-  const ScanSharedPlan scan = plan_scan_shared(args, ws.budget, ws.tile_blocks, ws.variant);
+  const ScanSharedPlan scan = plan_scan_shared(args, ws);
   if (reinterpret_cast<std::uintptr_t>(args.words) % 16 != 0 ||
       reinterpret_cast<std::uintptr_t>(args.scales) % 16 != 0)
     throw Error("fathom scan: planes", "plane words or scales are not 16-byte aligned",

@@ -246,6 +246,7 @@ struct ScanSharedPlan {
   int tile_blocks = 0;
   int threads = 0;  ///< threads per scan block (the variant's)
   int groups = 0;   ///< scale groups per tile (tile_blocks / kScaleGroupBlocks)
+  /// weights, multipliers, group_max and shifts: staged host planes only (0 otherwise).
   std::int64_t queries = 0, slot_channel = 0, slot_info = 0, plane_rows = 0, magnitudes = 0,
                unit_code = 0, words = 0, scales = 0, weights = 0, multipliers = 0, group_max = 0,
                shifts = 0, counts = 0, thr = 0, hist = 0, scratch = 0, buf = 0, total = 0;
@@ -256,9 +257,13 @@ struct ScanSharedPlan {
   ScanRecordLayout record;
 };
 /// Throws Error (naming top_k and the budget) when it exceeds the scan's shared-memory budget.
-/// `variant` indexes kScanVariants (threads per block, shared-memory target, slack).
+/// `variant` indexes kScanVariants (threads per block, shared-memory target, slack). `staged`
+/// (staged host planes) also reserves the tile prep's multipliers, weights, group maxima and
+/// shifts; the other paths read them from the staged scoring records, and their candidate
+/// buffers take that room.
 [[nodiscard]] ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget,
-                                              int tile_blocks, int variant = 0);
+                                              int tile_blocks, int variant = 0,
+                                              bool staged = false);
 
 /// Chooses chunks and tile size for a launch on a GPU with `multiprocessors` SMs; `budget` is the
 /// largest sum of depths any stream will use; `variant` indexes kScanVariants. With
@@ -272,6 +277,12 @@ struct ScanSharedPlan {
 [[nodiscard]] PlaneScanWorkspace plan_scan_workspace(
     const PlaneScanArgs& args, int budget, int multiprocessors, int variant = 0,
     HostStaging staging = {}, std::span<const std::int32_t> head_budgets = {});
+
+/// The shared-memory plan of a launch with `ws` (staged when ws.staging is enabled).
+[[nodiscard]] inline ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args,
+                                                     const PlaneScanWorkspace& ws) {
+  return plan_scan_shared(args, ws.budget, ws.tile_blocks, ws.variant, ws.staging.enabled());
+}
 
 /// Throws Error naming `where` unless 0 <= variant < kScanVariantCount.
 void check_scan_variant(int variant, const char* where);

@@ -198,8 +198,8 @@ void check_scan_variant(int variant, const char* where) {
         fmt::format("use 0..{} (kScanVariants in plane_scan_config.hpp)", kScanVariantCount - 1));
 }
 
-ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_blocks,
-                                int variant) {
+ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_blocks, int variant,
+                                bool staged) {
   check_scan_variant(variant, "fathom scan: variant");
   const ScanVariant& v = kScanVariants[variant];
   const std::int64_t round_tokens = scan_round_tokens(v.threads);
@@ -239,10 +239,12 @@ ScanSharedPlan plan_scan_shared(const PlaneScanArgs& args, int budget, int tile_
         fmt::format("use a multiple of {} blocks (plan_scan_workspace)", kScaleGroupBlocks));
   m.groups = tile_blocks / kScaleGroupBlocks;
   const std::int64_t groups = m.groups;
-  m.weights = take(groups * hp * sp);
-  m.multipliers = take(tb * sp);
-  m.group_max = take(groups * sp * 4);
-  m.shifts = take(groups * hp * 4);
+  if (staged) {  // the tile loop's prep; the other paths stage scoring records instead
+    m.weights = take(groups * hp * sp);
+    m.multipliers = take(tb * sp);
+    m.group_max = take(groups * sp * 4);
+    m.shifts = take(groups * hp * 4);
+  }
   m.counts = take(kMaxGroupHeads * 4);
   m.thr = take(kMaxGroupHeads * 8);
   m.hist = take(256 * 4);
@@ -390,7 +392,7 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   // 128K batch 8), while at B48 they pay (371 against 405 us: half the barriers per block).
   const auto within_target = [&](int t) {
     try {
-      return plan_scan_shared(args, budget, t, variant).total <= v.shared_target;
+      return plan_scan_shared(args, budget, t, variant, staged).total <= v.shared_target;
     } catch (const Error&) {  // the shortest tile decides (and names) what does not fit
       return false;
     }
@@ -400,7 +402,7 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   ws.budget = budget;
   // Throws when the selection does not fit; a plan above the variant's target (large top_k)
   // holds fewer blocks per SM than the variant was compiled for.
-  const std::int64_t shared = plan_scan_shared(args, budget, tile, variant).total;
+  const std::int64_t shared = plan_scan_shared(args, budget, tile, variant, staged).total;
   const auto blocks_per_sm = std::max<std::int64_t>(
       1, std::min<std::int64_t>(scan_blocks_per_sm(v, args.heads),
                                 kSharedPerSm / (shared + kSharedReservedPerBlock)));
@@ -451,7 +453,7 @@ PlaneScanWorkspace plan_scan_workspace(const PlaneScanArgs& args, int budget, in
   if (!staged) {
     plan_work_sized_chunks(ws, head_budgets, streams, tiles_max,
                            static_cast<std::int64_t>(resident), max_chunks);
-    ws.record_bytes = plan_scan_shared(args, budget, tile, variant).record.bytes();
+    ws.record_bytes = plan_scan_shared(args, budget, tile, variant, false).record.bytes();
     ws.records_per_stream = tiles_max * (tile / kScaleGroupBlocks);
     ws.rescan_sub_tokens = kRescanSubChunkTokens;
   } else {

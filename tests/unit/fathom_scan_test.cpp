@@ -798,7 +798,7 @@ TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
   a.heads = 8;
   a.keep = 4000;
   EXPECT_EQ(test::error_message([&] { (void)kf::plan_scan_workspace(a, 48, 132); }),
-            "fathom scan: top_k: 8 query heads x keep 4000 need 335 KB of shared memory for "
+            "fathom scan: top_k: 8 query heads x keep 4000 need 334 KB of shared memory for "
             "the fused selection at plane budget 48, more than 200 KB; lower top_k or the "
             "plane budget");
   a.heads = 4;
@@ -822,6 +822,37 @@ TEST(FathomScanTwin, SharedMemoryPlanNamesTopKWhenTooLarge) {
             "fathom scan: workspace: tile of 8 blocks; use a multiple of 16 blocks "
             "(plan_scan_workspace)");
   EXPECT_GT(big.total, 110 * 1024);
+}
+
+// Only staged host planes prepare a tile's weights in the tile loop; the other paths read them
+// from the staged scoring records, and their candidate buffers get the room.
+TEST(FathomScanTwin, SharedMemoryPlanReservesTheTilePrepOnlyForStagedPlanes) {
+  kf::PlaneScanArgs a;
+  a.layout.channels = 128;
+  a.heads = 4;
+  a.keep = 476;
+  const auto records = kf::plan_scan_shared(a, 48, 32);
+  const auto staged = kf::plan_scan_shared(a, 48, 32, 0, true);
+  EXPECT_EQ(records.weights, 0);
+  EXPECT_EQ(records.multipliers, 0);
+  EXPECT_EQ(records.group_max, 0);
+  EXPECT_EQ(records.shifts, 0);
+  // Two scale groups x 4 heads x 48 slots of weights, 32 blocks x 48 multipliers, 2 x 48 float
+  // group maxima and 2 x 4 int shifts: 2336 bytes, 73 more candidates per head (8 bytes each).
+  EXPECT_EQ(staged.multipliers - staged.weights, 2 * 4 * 48);
+  EXPECT_EQ(staged.group_max - staged.multipliers, 32 * 48);
+  EXPECT_EQ(staged.shifts - staged.group_max, 2 * 48 * 4);
+  EXPECT_EQ(records.cap - staged.cap, 2336 / (8 * 4));
+  EXPECT_LE(records.total, 110 * 1024);
+  EXPECT_LE(staged.total, 110 * 1024);
+  // A workspace's own plan follows its staging buffers.
+  kf::PlaneScanWorkspace ws;
+  ws.budget = 48;
+  ws.tile_blocks = 32;
+  EXPECT_EQ(kf::plan_scan_shared(a, ws).cap, records.cap);
+  std::uint64_t word = 0;
+  ws.staging.words = &word;
+  EXPECT_EQ(kf::plan_scan_shared(a, ws).cap, staged.cap);
 }
 
 // Scoring records (planes not staged): one per scale group of 16 blocks, sized by the plan's
@@ -966,7 +997,7 @@ TEST(FathomScanTwin, HostStagingIsSizedForRoundsOfChunksTiles) {
   a.heads = 1;
   a.keep = 64;
   const auto small = kf::plan_scan_workspace(a, 8, 132, 0, {true});
-  const auto small_shared = kf::plan_scan_shared(a, 8, small.tile_blocks).total;
+  const auto small_shared = kf::plan_scan_shared(a, 8, small.tile_blocks, 0, true).total;
   const std::int64_t per_block = small_shared / kf::stage_table_bytes(128);
   ASSERT_LT(per_block, 16);
   EXPECT_EQ(small.staging.copy_blocks, (2048 + per_block - 1) / per_block);

@@ -362,7 +362,7 @@ void run_scan(benchmark::State& state, const ScanCase& c) {
   const auto& ws = scan.workspace();
   const auto& v = kf::kScanVariants[ws.variant];
   const int resident = kf::plane_scan_resident_blocks(a, ws);
-  const auto smem = kf::plan_scan_shared(a, c.max_budget(), ws.tile_blocks, ws.variant).total;
+  const auto smem = kf::plan_scan_shared(a, ws).total;
   state.counters["variant"] = ws.variant;
   state.counters["chunks"] = ws.chunks;  // chunk slots per stream (the heaviest stream's)
   state.counters["chunk_period"] = ws.chunk_period;
