@@ -286,10 +286,19 @@ __device__ void write_group_record(const GroupRecordInputs& in, const PlaneLayou
 #pragma unroll
       for (int j = 0; j < kScaleGroupBlocks / 2; ++j) raw[j] = 0x3c003c00u;  // fp16 1.0
     }
-    // Block j's scale, 0 past the stream's end.
+    // Blocks past the stream's end (only in its last group, the same for the whole warp) get
+    // scale 0: their halves are cleared here once, so that the loops below test no block.
+    if (blocks_here < kScaleGroupBlocks) {
+#pragma unroll
+      for (int j = 0; j < kScaleGroupBlocks / 2; ++j) {
+        if (2 * j >= blocks_here)
+          raw[j] = 0u;
+        else if (2 * j + 1 >= blocks_here)
+          raw[j] &= 0xffffu;
+      }
+    }
     const auto block_scale = [&](int j) {
-      const auto half = static_cast<std::uint16_t>(raw[j / 2] >> (16 * (j & 1)));
-      return j < blocks_here ? scale_value(half) : 0.0f;
+      return scale_value(static_cast<std::uint16_t>(raw[j / 2] >> (16 * (j & 1))));
     };
     float gm = 0.0f;
 #pragma unroll
