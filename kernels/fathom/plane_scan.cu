@@ -632,14 +632,20 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     for (int i = tid; i < items; i += THREADS) {
       const int sl = i >> quads_log2, w0 = (i & ((1 << quads_log2) - 1)) * 4;
       // Sign reads (slots from n_scaled) have no scale row: 1 in every block that holds tokens.
-      const uint2 raw = sl < n_scaled ? *reinterpret_cast<const uint2*>(sc + sl * tb + w0)
-                                      : make_uint2(0x3c003c00u, 0x3c003c00u);  // fp16 1.0
+      uint2 raw = sl < n_scaled ? *reinterpret_cast<const uint2*>(sc + sl * tb + w0)
+                                : make_uint2(0x3c003c00u, 0x3c003c00u);  // fp16 1.0
+      // Blocks past the stream's end (only in its last tile) get scale 0 (fp16 0 converts to 0),
+      // so the four blocks below are not tested one by one. A padding slot's quad (sl >=
+      // n_slots) writes nothing, so its scales need no clearing.
+      if (const int live = blocks_here - w0; live < 4) {
+        raw.x = live <= 0 ? 0u : live == 1 ? raw.x & 0xffffu : raw.x;
+        raw.y = live <= 2 ? 0u : live == 3 ? raw.y & 0xffffu : raw.y;
+      }
       float sv[4], gm = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const std::uint32_t half = ((j < 2 ? raw.x : raw.y) >> (16 * (j & 1))) & 0xffffu;
-        sv[j] = sl < n_slots && w0 + j < blocks_here ? scale_value(static_cast<std::uint16_t>(half))
-                                                     : 0.0f;
+        sv[j] = scale_value(static_cast<std::uint16_t>(half));
         gm = group_scale_max(gm, sv[j]);
       }
       gm = group_scale_max(gm, __shfl_xor_sync(0xffffffffu, gm, 1));
