@@ -159,6 +159,14 @@ __device__ void write_score_range(const std::uint64_t* keys, int count, int keep
   __syncthreads();  // the slots may be reused
 }
 
+// A word of two consecutive blocks' fp16 scales with the halves of blocks from `live` on (the
+// blocks past a stream's end, counted from the word's first block) cleared: fp16 0 converts to
+// scale 0, so the scoring records and the staged prep clear a stream's end once instead of
+// testing every block.
+__device__ __forceinline__ std::uint32_t live_scale_pair(std::uint32_t word, int live) {
+  return live <= 0 ? 0u : live == 1 ? word & 0xffffu : word;
+}
+
 // fp16 scale to float with the hardware conversion: exact for every finite value, so it equals
 // the twin's f16_to_float; a NaN stays a NaN, and quantize_weight maps NaN products to 0 either
 // way.
@@ -287,15 +295,11 @@ __device__ void write_group_record(const GroupRecordInputs& in, const PlaneLayou
       for (int j = 0; j < kScaleGroupBlocks / 2; ++j) raw[j] = 0x3c003c00u;  // fp16 1.0
     }
     // Blocks past the stream's end (only in its last group, the same for the whole warp) get
-    // scale 0: their halves are cleared here once, so that the loops below test no block.
+    // scale 0, so that the loops below test no block.
     if (blocks_here < kScaleGroupBlocks) {
 #pragma unroll
-      for (int j = 0; j < kScaleGroupBlocks / 2; ++j) {
-        if (2 * j >= blocks_here)
-          raw[j] = 0u;
-        else if (2 * j + 1 >= blocks_here)
-          raw[j] &= 0xffffu;
-      }
+      for (int j = 0; j < kScaleGroupBlocks / 2; ++j)
+        raw[j] = live_scale_pair(raw[j], blocks_here - 2 * j);
     }
     const auto block_scale = [&](int j) {
       return scale_value(static_cast<std::uint16_t>(raw[j / 2] >> (16 * (j & 1))));
@@ -634,12 +638,12 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
       // Sign reads (slots from n_scaled) have no scale row: 1 in every block that holds tokens.
       uint2 raw = sl < n_scaled ? *reinterpret_cast<const uint2*>(sc + sl * tb + w0)
                                 : make_uint2(0x3c003c00u, 0x3c003c00u);  // fp16 1.0
-      // Blocks past the stream's end (only in its last tile) get scale 0 (fp16 0 converts to 0),
-      // so the four blocks below are not tested one by one. A padding slot's quad (sl >=
-      // n_slots) writes nothing, so its scales need no clearing.
+      // Blocks past the stream's end (only in its last tile) get scale 0, so the four blocks
+      // below are not tested one by one. A padding slot's quad (sl >= n_slots) writes nothing,
+      // so its scales need no clearing.
       if (const int live = blocks_here - w0; live < 4) {
-        raw.x = live <= 0 ? 0u : live == 1 ? raw.x & 0xffffu : raw.x;
-        raw.y = live <= 2 ? 0u : live == 3 ? raw.y & 0xffffu : raw.y;
+        raw.x = live_scale_pair(raw.x, live);
+        raw.y = live_scale_pair(raw.y, live - 2);
       }
       float sv[4], gm = 0.0f;
 #pragma unroll
