@@ -5,6 +5,9 @@
 // Names: launch_floor/nodes:N/pdl:P/blocks:B/writes:W: N kernels of B x 1024 threads, the second
 // with programmatic dependent launch when P = 1 and waiting for the first (griddepcontrol);
 // the first stores W ints of -1 per block (2048: a swap-in row's padding output at top_k 2048).
+// launch_floor_code/threads:T/ops:N/layout:straight|loop: one kernel of 1 x T threads that runs
+// N multiply-adds as straight-line code or as a compact loop (launch_floor_probe.hpp), the
+// cost of fetching code that a kernel runs once per call.
 // Counter: us per call. No result is checked beyond the kernels' completion: they compute nothing.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -20,6 +23,21 @@ namespace hisparse::microbench {
 namespace {
 
 #if HISPARSE_WITH_CUDA
+// One graph of `launch`'s kernels, timed like swap_in: L2 flushed, one replay between events.
+template <class Launch>
+void time_graph(benchmark::State& state, Launch&& launch) {
+  Stream stream(Backend::cuda);
+  L2Flusher l2;
+  GpuTimer timer(stream);
+  const CapturedGraph graph(stream, launch);
+  graph.launch(stream);  // warm-up
+  stream.synchronize();
+  const double per_call = time_calls(
+      state, timer, [&](std::size_t) { l2.flush(stream); },
+      [&](std::size_t) { graph.launch(stream); });
+  state.counters["us_per_call"] = per_call * 1e6;
+}
+
 // `a` is the case; its sink is allocated here.
 void run_launch_floor(benchmark::State& state, LaunchFloorArgs a) {
   auto sink = Buffer<std::int32_t>::device(
@@ -27,23 +45,27 @@ void run_launch_floor(benchmark::State& state, LaunchFloorArgs a) {
           static_cast<std::size_t>(std::max(a.writes_per_block, a.threads)),
       Backend::cuda, "launch floor sink");
   a.sink = sink.device_data();
-  Stream stream(Backend::cuda);
-  L2Flusher l2;
-  GpuTimer timer(stream);
-  const CapturedGraph graph(stream, [&](cudaStream_t s) { launch_floor_kernels(a, s); });
-  graph.launch(stream);  // warm-up
-  stream.synchronize();
-  const double per_call = time_calls(
-      state, timer, [&](std::size_t) { l2.flush(stream); },
-      [&](std::size_t) { graph.launch(stream); });
-  state.counters["us_per_call"] = per_call * 1e6;
+  time_graph(state, [&](cudaStream_t s) { launch_floor_kernels(a, s); });
   state.SetLabel(
       fmt::format("{} kernel(s) of {} x {} threads, empty work", a.nodes, a.blocks, a.threads));
+}
+
+void run_code_fetch(benchmark::State& state, CodeFetchArgs a) {
+  auto sink = Buffer<std::int32_t>::device(static_cast<std::size_t>(a.threads), Backend::cuda,
+                                           "code fetch sink");
+  a.sink = sink.device_data();
+  time_graph(state, [&](cudaStream_t s) { launch_code_fetch_kernel(a, s); });
+  state.SetLabel(fmt::format("1 x {} threads, {} multiply-adds per thread as {}", a.threads,
+                             a.instructions, a.straight ? "straight-line code" : "a 64-step loop"));
 }
 #endif
 
 void bench_launch_floor(benchmark::State& state, [[maybe_unused]] LaunchFloorArgs c) {
   guarded(state, "launch_floor", [&] { HISPARSE_GPU_ONLY(run_launch_floor(state, c)); });
+}
+
+void bench_code_fetch(benchmark::State& state, [[maybe_unused]] CodeFetchArgs c) {
+  guarded(state, "launch_floor_code", [&] { HISPARSE_GPU_ONLY(run_code_fetch(state, c)); });
 }
 
 [[maybe_unused]] const bool registered = [] {
@@ -62,6 +84,18 @@ void bench_launch_floor(benchmark::State& state, [[maybe_unused]] LaunchFloorArg
                          bench_launch_floor, c);
         }
     }
+  for (const int threads : {32, 1024})
+    for (const int instructions : {0, 1024, 4096})
+      for (const bool straight : {true, false}) {
+        if (instructions == 0 && !straight) continue;  // no code either way
+        CodeFetchArgs c;
+        c.instructions = instructions;
+        c.straight = straight;
+        c.threads = threads;
+        register_timed(fmt::format("launch_floor_code/threads:{}/ops:{}/layout:{}", threads,
+                                   instructions, straight ? "straight" : "loop"),
+                       bench_code_fetch, c);
+      }
   return true;
 }();
 

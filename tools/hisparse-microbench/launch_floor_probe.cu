@@ -1,5 +1,7 @@
 #include "launch_floor_probe.hpp"
 
+#include <stdexcept>
+
 #include "core/cuda_check.hpp"
 #include "kernels/common/dependent_launch.cuh"
 
@@ -23,7 +25,56 @@ __global__ void floor_second(std::int32_t* sink) {
   if (threadIdx.x == 0) sink[blockIdx.x] = static_cast<std::int32_t>(blockIdx.x);
 }
 
+// Eight independent chains, so that issue, not dependent latency, sets the pace. Each step is
+// x = x * x + k, one IMAD that ptxas cannot fold into its neighbours (it merges plain adds into
+// three-input IADD3s).
+__device__ __forceinline__ void eight_steps(std::uint32_t (&x)[8], std::uint32_t k) {
+#pragma unroll
+  for (int c = 0; c < 8; ++c) asm volatile("mad.lo.u32 %0, %0, %0, %1;" : "+r"(x[c]) : "r"(k));
+}
+
+// N multiply-adds as straight-line code (STRAIGHT) or as N / 64 trips of a 64-step body.
+template <int N, bool STRAIGHT>
+__global__ void code_fetch(std::int32_t* sink, std::uint32_t k) {
+  static_assert(N % 64 == 0, "whole loop bodies");
+  std::uint32_t x[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) x[c] = threadIdx.x + c;
+  if constexpr (STRAIGHT) {
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i) eight_steps(x, k);
+  } else {
+#pragma unroll 1
+    for (int t = 0; t < N / 64; ++t) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) eight_steps(x, k);
+    }
+  }
+  std::uint32_t sum = 0;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) sum += x[c];
+  sink[threadIdx.x] = static_cast<std::int32_t>(sum);
+}
+
 }  // namespace
+
+void launch_code_fetch_kernel(const CodeFetchArgs& a, cudaStream_t stream) {
+  const dim3 grid(1), block(static_cast<unsigned>(a.threads));
+  const std::uint32_t k = 3;
+  if (a.instructions == 0)
+    code_fetch<0, true><<<grid, block, 0, stream>>>(a.sink, k);
+  else if (a.instructions == 1024 && a.straight)
+    code_fetch<1024, true><<<grid, block, 0, stream>>>(a.sink, k);
+  else if (a.instructions == 1024)
+    code_fetch<1024, false><<<grid, block, 0, stream>>>(a.sink, k);
+  else if (a.instructions == 4096 && a.straight)
+    code_fetch<4096, true><<<grid, block, 0, stream>>>(a.sink, k);
+  else if (a.instructions == 4096)
+    code_fetch<4096, false><<<grid, block, 0, stream>>>(a.sink, k);
+  else
+    throw std::invalid_argument("launch_code_fetch_kernel: instructions must be 0, 1024 or 4096");
+  HISPARSE_CUDA_CHECK_LAUNCH();
+}
 
 void launch_floor_kernels(const LaunchFloorArgs& a, cudaStream_t stream) {
   floor_first<<<static_cast<unsigned>(a.blocks), static_cast<unsigned>(a.threads), 0, stream>>>(

@@ -27,4 +27,19 @@ struct LaunchFloorArgs {
 void launch_floor_kernels(const LaunchFloorArgs& a, cudaStream_t stream);
 #endif
 
+/// A one-kernel graph whose block executes `instructions` integer multiply-adds (8 independent register
+/// chains) before one store per thread, either as straight-line code (`straight`: the SASS is
+/// that long, 16 bytes per step) or as a loop over a 64-step body: the same issue work with
+/// a compact body. The difference is what cold instruction fetch costs a kernel that runs its
+/// code once per call, as the swap-in's resolve does. `sink` holds `threads` ints.
+struct CodeFetchArgs {
+  int instructions = 1024;  ///< 0, 1024 or 4096 (the compiled instances)
+  bool straight = true;
+  int threads = 32;
+  std::int32_t* sink = nullptr;
+};
+#if HISPARSE_WITH_CUDA
+void launch_code_fetch_kernel(const CodeFetchArgs& a, cudaStream_t stream);
+#endif
+
 }  // namespace hisparse::microbench
