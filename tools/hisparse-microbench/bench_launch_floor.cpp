@@ -5,15 +5,16 @@
 // Names: launch_floor/nodes:N/pdl:P/blocks:B/writes:W: N kernels of B x 1024 threads, the second
 // with programmatic dependent launch when P = 1 and waiting for the first (griddepcontrol);
 // the first stores W ints of -1 per block (2048: a swap-in row's padding output at top_k 2048).
-// launch_floor_code/threads:T/ops:N/layout:straight|loop: one kernel of 1 x T threads that runs
-// N multiply-adds as straight-line code or as a compact loop (launch_floor_probe.hpp), the
-// cost of fetching code that a kernel runs once per call.
+// launch_floor_code/threads:T/ops:N/layout:straight|loop|jumps: one kernel of 1 x T threads that
+// runs N multiply-adds as straight-line code, as a compact loop, or with a jump over unrun code
+// every 64 (launch_floor_probe.hpp): the cost of fetching code that a kernel runs once per call.
 // Counter: us per call. No result is checked beyond the kernels' completion: they compute nothing.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "core/memory.hpp"
 #include "launch_floor_probe.hpp"
@@ -55,8 +56,11 @@ void run_code_fetch(benchmark::State& state, CodeFetchArgs a) {
                                            "code fetch sink");
   a.sink = sink.device_data();
   time_graph(state, [&](cudaStream_t s) { launch_code_fetch_kernel(a, s); });
+  const char* layout = a.layout == CodeLayout::loop    ? "a 64-step loop"
+                       : a.layout == CodeLayout::jumps ? "straight-line code with a jump every 64"
+                                                       : "straight-line code";
   state.SetLabel(fmt::format("1 x {} threads, {} multiply-adds per thread as {}", a.threads,
-                             a.instructions, a.straight ? "straight-line code" : "a 64-step loop"));
+                             a.instructions, layout));
 }
 #endif
 
@@ -86,14 +90,16 @@ void bench_code_fetch(benchmark::State& state, [[maybe_unused]] CodeFetchArgs c)
     }
   for (const int threads : {32, 1024})
     for (const int instructions : {0, 1024, 4096})
-      for (const bool straight : {true, false}) {
-        if (instructions == 0 && !straight) continue;  // no code either way
+      for (const auto& [layout, name] :
+           {std::pair{CodeLayout::straight, "straight"}, std::pair{CodeLayout::loop, "loop"},
+            std::pair{CodeLayout::jumps, "jumps"}}) {
+        if (instructions == 0 && layout != CodeLayout::straight) continue;  // no code either way
         CodeFetchArgs c;
         c.instructions = instructions;
-        c.straight = straight;
+        c.layout = layout;
         c.threads = threads;
         register_timed(fmt::format("launch_floor_code/threads:{}/ops:{}/layout:{}", threads,
-                                   instructions, straight ? "straight" : "loop"),
+                                   instructions, name),
                        bench_code_fetch, c);
       }
   return true;

@@ -28,26 +28,38 @@ __global__ void floor_second(std::int32_t* sink) {
 // Eight independent chains, so that issue, not dependent latency, sets the pace. Each step is
 // x = x * x + k, one IMAD that ptxas cannot fold into its neighbours (it merges plain adds into
 // three-input IADD3s).
+// A value of k that no launch passes: the jumps layout's skipped blocks run only for it.
+constexpr std::uint32_t kNeverK = 0x7fffffffu;
+
 __device__ __forceinline__ void eight_steps(std::uint32_t (&x)[8], std::uint32_t k) {
 #pragma unroll
   for (int c = 0; c < 8; ++c) asm volatile("mad.lo.u32 %0, %0, %0, %1;" : "+r"(x[c]) : "r"(k));
 }
 
-// N multiply-adds as straight-line code (STRAIGHT) or as N / 64 trips of a 64-step body.
-template <int N, bool STRAIGHT>
+// N multiply-adds as straight-line code, as N / 64 trips of a 64-step body, or as straight-line
+// code that after every 64 steps jumps over a 64-step block it never runs (k never takes the
+// value that would run it), like a kernel's rare paths inline in its common one.
+template <int N, CodeLayout LAYOUT>
 __global__ void code_fetch(std::int32_t* sink, std::uint32_t k) {
   static_assert(N % 64 == 0, "whole loop bodies");
   std::uint32_t x[8];
 #pragma unroll
   for (int c = 0; c < 8; ++c) x[c] = threadIdx.x + c;
-  if constexpr (STRAIGHT) {
-#pragma unroll
-    for (int i = 0; i < N / 8; ++i) eight_steps(x, k);
-  } else {
+  if constexpr (LAYOUT == CodeLayout::loop) {
 #pragma unroll 1
     for (int t = 0; t < N / 64; ++t) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) eight_steps(x, k);
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < N / 64; ++t) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) eight_steps(x, k);
+      if (LAYOUT == CodeLayout::jumps && k == kNeverK) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) eight_steps(x, k + static_cast<std::uint32_t>(t));
+      }
     }
   }
   std::uint32_t sum = 0;
@@ -56,21 +68,33 @@ __global__ void code_fetch(std::int32_t* sink, std::uint32_t k) {
   sink[threadIdx.x] = static_cast<std::int32_t>(sum);
 }
 
+template <int N>
+void launch_code_fetch_layout(CodeLayout layout, dim3 block, std::int32_t* sink, std::uint32_t k,
+                              cudaStream_t stream) {
+  switch (layout) {
+    case CodeLayout::straight:
+      code_fetch<N, CodeLayout::straight><<<1, block, 0, stream>>>(sink, k);
+      break;
+    case CodeLayout::loop:
+      code_fetch<N, CodeLayout::loop><<<1, block, 0, stream>>>(sink, k);
+      break;
+    case CodeLayout::jumps:
+      code_fetch<N, CodeLayout::jumps><<<1, block, 0, stream>>>(sink, k);
+      break;
+  }
+}
+
 }  // namespace
 
 void launch_code_fetch_kernel(const CodeFetchArgs& a, cudaStream_t stream) {
-  const dim3 grid(1), block(static_cast<unsigned>(a.threads));
+  const dim3 block(static_cast<unsigned>(a.threads));
   const std::uint32_t k = 3;
   if (a.instructions == 0)
-    code_fetch<0, true><<<grid, block, 0, stream>>>(a.sink, k);
-  else if (a.instructions == 1024 && a.straight)
-    code_fetch<1024, true><<<grid, block, 0, stream>>>(a.sink, k);
+    code_fetch<0, CodeLayout::straight><<<1, block, 0, stream>>>(a.sink, k);
   else if (a.instructions == 1024)
-    code_fetch<1024, false><<<grid, block, 0, stream>>>(a.sink, k);
-  else if (a.instructions == 4096 && a.straight)
-    code_fetch<4096, true><<<grid, block, 0, stream>>>(a.sink, k);
+    launch_code_fetch_layout<1024>(a.layout, block, a.sink, k, stream);
   else if (a.instructions == 4096)
-    code_fetch<4096, false><<<grid, block, 0, stream>>>(a.sink, k);
+    launch_code_fetch_layout<4096>(a.layout, block, a.sink, k, stream);
   else
     throw std::invalid_argument("launch_code_fetch_kernel: instructions must be 0, 1024 or 4096");
   HISPARSE_CUDA_CHECK_LAUNCH();

@@ -27,14 +27,21 @@ struct LaunchFloorArgs {
 void launch_floor_kernels(const LaunchFloorArgs& a, cudaStream_t stream);
 #endif
 
-/// A one-kernel graph whose block executes `instructions` integer multiply-adds (8 independent register
-/// chains) before one store per thread, either as straight-line code (`straight`: the SASS is
-/// that long, 16 bytes per step) or as a loop over a 64-step body: the same issue work with
-/// a compact body. The difference is what cold instruction fetch costs a kernel that runs its
-/// code once per call, as the swap-in's resolve does. `sink` holds `threads` ints.
+/// How launch_code_fetch_kernel lays out its code.
+enum class CodeLayout {
+  straight,  ///< straight-line code, 16 bytes per step
+  loop,      ///< a loop over a 64-step body
+  jumps,     ///< straight-line code that jumps over a 64-step block after every 64 steps
+};
+
+/// A one-kernel graph whose block executes `instructions` integer multiply-adds (8 independent
+/// register chains) before one store per thread, laid out as `layout` says: the same issue work
+/// as straight-line code, as a compact loop, or with a taken branch every 64 steps. The
+/// differences are what cold instruction fetch costs a kernel that runs its code once per call,
+/// as the swap-in's resolve does. `sink` holds `threads` ints.
 struct CodeFetchArgs {
   int instructions = 1024;  ///< 0, 1024 or 4096 (the compiled instances)
-  bool straight = true;
+  CodeLayout layout = CodeLayout::straight;
   int threads = 32;
   std::int32_t* sink = nullptr;
 };
