@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <utility>
 
 #include "core/memory.hpp"
 #include "launch_floor_probe.hpp"
@@ -56,11 +55,8 @@ void run_code_fetch(benchmark::State& state, CodeFetchArgs a) {
                                            "code fetch sink");
   a.sink = sink.device_data();
   time_graph(state, [&](cudaStream_t s) { launch_code_fetch_kernel(a, s); });
-  const char* layout = a.layout == CodeLayout::loop    ? "a 64-step loop"
-                       : a.layout == CodeLayout::jumps ? "straight-line code with a jump every 64"
-                                                       : "straight-line code";
-  state.SetLabel(fmt::format("1 x {} threads, {} multiply-adds per thread as {}", a.threads,
-                             a.instructions, layout));
+  state.SetLabel(fmt::format("1 x {} threads, {} multiply-adds per thread, layout {}", a.threads,
+                             a.instructions, code_layout_name(a.layout)));
 }
 #endif
 
@@ -90,16 +86,14 @@ void bench_code_fetch(benchmark::State& state, [[maybe_unused]] CodeFetchArgs c)
     }
   for (const int threads : {32, 1024})
     for (const int instructions : {0, 1024, 4096})
-      for (const auto& [layout, name] :
-           {std::pair{CodeLayout::straight, "straight"}, std::pair{CodeLayout::loop, "loop"},
-            std::pair{CodeLayout::jumps, "jumps"}}) {
+      for (const CodeLayout layout : {CodeLayout::straight, CodeLayout::loop, CodeLayout::jumps}) {
         if (instructions == 0 && layout != CodeLayout::straight) continue;  // no code either way
         CodeFetchArgs c;
         c.instructions = instructions;
         c.layout = layout;
         c.threads = threads;
         register_timed(fmt::format("launch_floor_code/threads:{}/ops:{}/layout:{}", threads,
-                                   instructions, name),
+                                   instructions, code_layout_name(layout)),
                        bench_code_fetch, c);
       }
   return true;

@@ -34,6 +34,19 @@ enum class CodeLayout {
   jumps,     ///< straight-line code that jumps over a 64-step block after every 64 steps
 };
 
+/// The layout's name in benchmark names: "straight", "loop" or "jumps".
+[[nodiscard]] constexpr const char* code_layout_name(CodeLayout layout) noexcept {
+  switch (layout) {
+    case CodeLayout::loop:
+      return "loop";
+    case CodeLayout::jumps:
+      return "jumps";
+    case CodeLayout::straight:
+      break;
+  }
+  return "straight";
+}
+
 /// A one-kernel graph whose block executes `instructions` integer multiply-adds (8 independent
 /// register chains) before one store per thread, laid out as `layout` says: the same issue work
 /// as straight-line code, as a compact loop, or with a taken branch every 64 steps. The
