@@ -2,10 +2,14 @@
 """Issue 3 and 4 speed targets against a hisparse-microbench JSON file (--benchmark_out).
 
 Usage: reports/targets.py microbench.json [more.json ...]
+       reports/targets.py --across run1.json run2.json [...]
 Prints one Markdown row per target: the benchmark, the figure, the target and whether it is met;
-a target whose benchmark is missing from the files is listed as "not run". Exit status 0 whatever
-the figures: this is a report, not a gate (ctest and CI gate correctness; speed is read by people).
-A file that cannot be read as JSON exits 2 with one line on stderr.
+a target whose benchmark is missing from the files is listed as "not run". The files of the first
+form are one run together (a later file's case replaces an earlier one's). With --across each file
+is its own run (say, one targets run per GPU lease, oldest first), and a row gives the last run's
+figure, the range over the runs that have it, and in how many of them the target was met. Exit
+status 0 whatever the figures: this is a report, not a gate (ctest and CI gate correctness; speed
+is read by people). A file that cannot be read as JSON exits 2 with one line on stderr.
 """
 import json
 import sys
@@ -100,39 +104,110 @@ def find(runs, prefix):
     return None
 
 
-def main(argv):
-    if len(argv) < 2:
-        print(__doc__.strip(), file=sys.stderr)
-        return 2
-    sources = []
-    runs = load(argv[1:], sources)
-    for line in sources:
-        print(f"- {line}")
-    print()
-    print("| target | figure | bound | met |")
-    print("| --- | ---: | ---: | --- |")
+def met(value, op, bound):
+    return value <= bound if op == "<=" else value >= bound
+
+
+def figures(runs):
+    """(label, value or None, unit, op, bound) for every target of one run, the fused planner last."""
+    rows = []
     for label, prefix, counter, op, bound in TARGETS:
         b = find(runs, prefix)
-        if b is None or counter not in b:
-            print(f"| {label} | not run | {op} {bound} | - |")
-            continue
-        v = b[counter]
-        met = v <= bound if op == "<=" else v >= bound
-        print(f"| {label} | {v:.4g} {counter} | {op} {bound} | {'yes' if met else 'no'} |")
+        rows.append((label, b[counter] if b is not None and counter in b else None, counter, op, bound))
     label, fused, given, bound = FUSED
     f, g = find(runs, fused), find(runs, given)
-    if f is None or g is None:
-        print(f"| {label} | not run | <= {bound} us | - |")
-    else:
-        d = f["us_per_call"] - g["us_per_call"]
-        print(f"| {label} | {d:.3g} us | <= {bound} us | {'yes' if d <= bound else 'no'} |")
+    d = f["us_per_call"] - g["us_per_call"] if f is not None and g is not None else None
+    rows.append((label, d, "us", "<=", bound))
+    return rows
+
+
+def context_figures(runs):
+    """(label, value, counter) for the context rows one run has."""
     context = [(label, find(runs, prefix), counter) for label, prefix, counter in CONTEXT]
-    context = [(label, b[counter], counter) for label, b, counter in context if b and counter in b]
+    return [(label, b[counter], counter) for label, b, counter in context if b and counter in b]
+
+
+def bound_text(op, bound, unit):
+    return f"{op} {bound} us" if unit == "us" else f"{op} {bound}"
+
+
+def value_text(value, unit):
+    return f"{value:.3g} us" if unit == "us" else f"{value:.4g} {unit}"
+
+
+def range_text(values, unit):
+    """One figure when the runs agree, else low-high with the unit once."""
+    low, high = min(values), max(values)
+    if low == high:
+        return value_text(low, unit)
+    digits = 3 if unit == "us" else 4
+    return f"{low:.{digits}g}-{high:.{digits}g} {unit}"
+
+
+def print_one_run(runs):
+    print("| target | figure | bound | met |")
+    print("| --- | ---: | ---: | --- |")
+    for label, v, unit, op, bound in figures(runs):
+        if v is None:
+            print(f"| {label} | not run | {bound_text(op, bound, unit)} | - |")
+        else:
+            print(f"| {label} | {value_text(v, unit)} | {bound_text(op, bound, unit)} | "
+                  f"{'yes' if met(v, op, bound) else 'no'} |")
+    context = context_figures(runs)
     if context:
         print()
         print("Context (not targets):")
         for label, v, counter in context:
             print(f"- {label}: {v:.4g} {counter}")
+
+
+def print_across(all_runs):
+    print(f"| target | last run | range over {len(all_runs)} runs | met in | bound |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    per_run = [figures(runs) for runs in all_runs]
+    for i, (label, _, unit, op, bound) in enumerate(per_run[0]):
+        values = [rows[i][1] for rows in per_run]
+        seen = [v for v in values if v is not None]
+        if not seen:
+            print(f"| {label} | not run | - | - | {bound_text(op, bound, unit)} |")
+            continue
+        last = "not run" if values[-1] is None else value_text(values[-1], unit)
+        hits = sum(1 for v in seen if met(v, op, bound))
+        print(f"| {label} | {last} | {range_text(seen, unit)} | {hits} of {len(seen)} | "
+              f"{bound_text(op, bound, unit)} |")
+    context = {}
+    for runs in all_runs:
+        for label, v, counter in context_figures(runs):
+            context.setdefault((label, counter), []).append(v)
+    if context:
+        print()
+        print("Context (not targets), range over the runs that have it:")
+        for (label, counter), vs in context.items():
+            print(f"- {label}: {range_text(vs, counter)} ({len(vs)} run{'' if len(vs) == 1 else 's'})")
+
+
+def main(argv):
+    args = argv[1:]
+    across = bool(args) and args[0] == "--across"
+    if across:
+        args = args[1:]
+    if not args:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    sources = []
+    if across:
+        all_runs = []
+        for path in args:
+            all_runs.append(load([path], sources))
+    else:
+        runs = load(args, sources)
+    for line in sources:
+        print(f"- {line}")
+    print()
+    if across:
+        print_across(all_runs)
+    else:
+        print_one_run(runs)
     return 0
 
 

@@ -183,6 +183,16 @@ TEST(CliMicrobench, GridTablesPivotsASweepAndNamesBadInput) {
       << r.output;
 }
 
+// reports/targets.py as a command prefix.
+std::string targets_tool() {
+  return "python3 " + std::string(HISPARSE_SOURCE_DIR) + "/reports/targets.py ";
+}
+
+// One case of a --benchmark_out file with a single counter, as the targets tests write them.
+nlohmann::json one_counter_case(const std::string& name, const char* counter, double value) {
+  return nlohmann::json{{"name", name + "/iterations:30/manual_time"}, {counter, value}};
+}
+
 TEST(CliMicrobench, TargetsTableSaysWhichBoundsAreMet) {
   if (run_command("python3 --version").exit_code != 0)
     GTEST_SKIP() << "SKIPPED: python3 is not installed, so reports/targets.py cannot run";
@@ -191,27 +201,27 @@ TEST(CliMicrobench, TargetsTableSaysWhichBoundsAreMet) {
   // Met (host scan at batch 32, the transfer at batch 1), not met (the batch-1 step), a failed
   // case and a counter a file lacks (both listed as not run), the fused planner as a difference
   // of two scans, and a floor printed as context.
-  auto run = [](const std::string& name, const char* counter, double value) {
-    return nlohmann::json{{"name", name + "/iterations:30/manual_time"}, {counter, value}};
-  };
   nlohmann::json failed =
-      run("swap_in/pool_gb:16/batch:1/hot:4096/row:656/miss:0.001", "us_per_call", 1);
+      one_counter_case("swap_in/pool_gb:16/batch:1/hot:4096/row:656/miss:0.001", "us_per_call", 1);
   failed["error_occurred"] = true;
   const nlohmann::json j = {
       {"context",
        {{"hisparse_device", "NVIDIA H200"}, {"hisparse_git_revision", "0123456789abcdef-dirty"}}},
       {"benchmarks",
-       {run("fathom_scan/host/budget:48/context:1048576/batch:32", "ceiling_fraction", 0.9136),
+       {one_counter_case("fathom_scan/host/budget:48/context:1048576/batch:32", "ceiling_fraction",
+                         0.9136),
         {{"name", "fathom_scan/host/budget:48/context:1048576/batch:1/iterations:30/manual_time"},
          {"ceiling_fraction", 0.8393},
          {"copy_ceiling_fraction", 0.9042}},
         failed,
-        run("fathom_scan_plan/fused/hbm/budget:48/context:131072/batch:8", "us_per_call", 330.5),
-        run("fathom_scan_plan/given/hbm/budget:48/context:131072/batch:8", "us_per_call", 327.25),
-        run("launch_floor/nodes:2/pdl:1/blocks:1/writes:2048", "us_per_call", 4.39)}}};
+        one_counter_case("fathom_scan_plan/fused/hbm/budget:48/context:131072/batch:8",
+                         "us_per_call", 330.5),
+        one_counter_case("fathom_scan_plan/given/hbm/budget:48/context:131072/batch:8",
+                         "us_per_call", 327.25),
+        one_counter_case("launch_floor/nodes:2/pdl:1/blocks:1/writes:2048", "us_per_call", 4.39)}}};
   const fs::path file = dir.path / "targets.json";
   std::ofstream(file) << j.dump();
-  const std::string tool = "python3 " + std::string(HISPARSE_SOURCE_DIR) + "/reports/targets.py ";
+  const std::string tool = targets_tool();
   auto r = run_command(tool + file.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* row :
@@ -234,6 +244,54 @@ TEST(CliMicrobench, TargetsTableSaysWhichBoundsAreMet) {
   EXPECT_EQ(
       r.output.rfind("error: " + absent.string() + ": [Errno 2] No such file or directory", 0), 0u)
       << r.output;
+}
+
+TEST(CliMicrobench, TargetsAcrossRunsGivesTheLastFigureTheRangeAndHowOftenMet) {
+  if (run_command("python3 --version").exit_code != 0)
+    GTEST_SKIP() << "SKIPPED: python3 is not installed, so reports/targets.py cannot run";
+  TempDir dir;
+  fs::create_directories(dir.path);
+  const std::string batch1 = "swap_in/pool_gb:16/batch:1/hot:4096/row:656/miss:1";
+  const std::string fused = "fathom_scan_plan/fused/hbm/budget:48/context:131072/batch:8";
+  const std::string given = "fathom_scan_plan/given/hbm/budget:48/context:131072/batch:8";
+  const std::string floor = "launch_floor/nodes:2/pdl:1/blocks:1/writes:2048";
+  // Two leases: batch 1 / 100% met on the first (38 <= 40), not on the second (44.5); the
+  // 1152-B case only on the first; the fused planner (a difference of two scans) on both.
+  const nlohmann::json first = {
+      {"context",
+       {{"hisparse_device", "NVIDIA H200"}, {"hisparse_git_revision", "aaaaaaaaaaaaaaaa"}}},
+      {"benchmarks",
+       {one_counter_case(batch1, "us_per_call", 38.0),
+        one_counter_case("swap_in/pool_gb:16/batch:64/hot:4096/row:1152/miss:1", "missed_GBps",
+                         50.7),
+        one_counter_case(fused, "us_per_call", 253.0),
+        one_counter_case(given, "us_per_call", 249.0),
+        one_counter_case(floor, "us_per_call", 4.69)}}};
+  const nlohmann::json second = {
+      {"context",
+       {{"hisparse_device", "NVIDIA H200"}, {"hisparse_git_revision", "bbbbbbbbbbbbbbbb"}}},
+      {"benchmarks",
+       {one_counter_case(batch1, "us_per_call", 44.5),
+        one_counter_case(fused, "us_per_call", 256.0),
+        one_counter_case(given, "us_per_call", 250.0),
+        one_counter_case(floor, "us_per_call", 4.53)}}};
+  const fs::path a = dir.path / "first.json", b = dir.path / "second.json";
+  std::ofstream(a) << first.dump();
+  std::ofstream(b) << second.dump();
+  const std::string tool = targets_tool();
+  const auto r = run_command(tool + "--across " + a.string() + " " + b.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* row :
+       {"git aaaaaaaaaaaa", "git bbbbbbbbbbbb",
+        "| target | last run | range over 2 runs | met in | bound |",
+        "| #3 batch 1, 100% miss | 44.5 us_per_call | 38-44.5 us_per_call | 1 of 2 | <= 40 |",
+        "| #3 1152-B rows, batch 64, 100% miss | not run | 50.7 missed_GBps | 1 of 1 | >= 50 |",
+        "| #3 batch 1, 0.1% miss | not run | - | - | <= 8 |",
+        "| #4 planner fused into the scan (fused - given, 128K batch 8) | 6 us | 4-6 us | 1 of 2 | "
+        "<= 5 us |",
+        "- two-kernel graph floor, 1 block (under the batch-1 latency targets): 4.53-4.69 "
+        "us_per_call (2 runs)"})
+    EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
 }
 
 }  // namespace
