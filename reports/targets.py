@@ -162,7 +162,8 @@ def print_one_run(runs):
 
 
 def print_across(all_runs):
-    print(f"| target | last run | range over {len(all_runs)} runs | met in | bound |")
+    runs_text = f"{len(all_runs)} run{'' if len(all_runs) == 1 else 's'}"
+    print(f"| target | last run | range over {runs_text} | met in | bound |")
     print("| --- | ---: | ---: | ---: | ---: |")
     per_run = [figures(runs) for runs in all_runs]
     for i, (label, _, unit, op, bound) in enumerate(per_run[0]):
