@@ -131,8 +131,13 @@ def bound_text(op, bound, unit):
     return f"{op} {bound} us" if unit == "us" else f"{op} {bound}"
 
 
+def number_text(value, unit):
+    """A figure's digits: 3 significant for the fused planner's microseconds, else 4."""
+    return f"{value:.3g}" if unit == "us" else f"{value:.4g}"
+
+
 def value_text(value, unit):
-    return f"{value:.3g} us" if unit == "us" else f"{value:.4g} {unit}"
+    return f"{number_text(value, unit)} {unit}"
 
 
 def range_text(values, unit):
@@ -140,8 +145,11 @@ def range_text(values, unit):
     low, high = min(values), max(values)
     if low == high:
         return value_text(low, unit)
-    digits = 3 if unit == "us" else 4
-    return f"{low:.{digits}g}-{high:.{digits}g} {unit}"
+    return f"{number_text(low, unit)}-{number_text(high, unit)} {unit}"
+
+
+def runs_text(n):
+    return f"{n} run{'' if n == 1 else 's'}"
 
 
 def print_one_run(runs):
@@ -158,12 +166,11 @@ def print_one_run(runs):
         print()
         print("Context (not targets):")
         for label, v, counter in context:
-            print(f"- {label}: {v:.4g} {counter}")
+            print(f"- {label}: {value_text(v, counter)}")
 
 
 def print_across(all_runs):
-    runs_text = f"{len(all_runs)} run{'' if len(all_runs) == 1 else 's'}"
-    print(f"| target | last run | range over {runs_text} | met in | bound |")
+    print(f"| target | last run | range over {runs_text(len(all_runs))} | met in | bound |")
     print("| --- | ---: | ---: | ---: | ---: |")
     per_run = [figures(runs) for runs in all_runs]
     for i, (label, _, unit, op, bound) in enumerate(per_run[0]):
@@ -184,7 +191,7 @@ def print_across(all_runs):
         print()
         print("Context (not targets), range over the runs that have it:")
         for (label, counter), vs in context.items():
-            print(f"- {label}: {range_text(vs, counter)} ({len(vs)} run{'' if len(vs) == 1 else 's'})")
+            print(f"- {label}: {range_text(vs, counter)} ({runs_text(len(vs))})")
 
 
 def main(argv):
@@ -196,19 +203,14 @@ def main(argv):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     sources = []
-    if across:
-        all_runs = []
-        for path in args:
-            all_runs.append(load([path], sources))
-    else:
-        runs = load(args, sources)
+    all_runs = [load([path], sources) for path in args] if across else [load(args, sources)]
     for line in sources:
         print(f"- {line}")
     print()
     if across:
         print_across(all_runs)
     else:
-        print_one_run(runs)
+        print_one_run(all_runs[0])
     return 0
 
 

@@ -278,8 +278,7 @@ TEST(CliMicrobench, TargetsAcrossRunsGivesTheLastFigureTheRangeAndHowOftenMet) {
   const fs::path a = dir.path / "first.json", b = dir.path / "second.json";
   std::ofstream(a) << first.dump();
   std::ofstream(b) << second.dump();
-  const std::string tool = targets_tool();
-  const auto r = run_command(tool + "--across " + a.string() + " " + b.string());
+  const auto r = run_command(targets_tool() + "--across " + a.string() + " " + b.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* row :
        {"git aaaaaaaaaaaa", "git bbbbbbbbbbbb",
