@@ -25,6 +25,7 @@
 // the figures behind it: swap_in_config.hpp, reports/hotcache_tuning.md.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "core/cuda_check.hpp"
 #include "kernels/common/block_scan.cuh"
@@ -271,6 +272,77 @@ __device__ __forceinline__ RequestTables request_tables(const SwapInArgs& a, int
               ? a.hot_buffer.resident + static_cast<std::size_t>(r) * a.hot_buffer.resident_words
               : nullptr,
           static_cast<std::int64_t>(32 * a.hot_buffer.resident_words)};
+}
+
+// Block blockIdx.x's row of the call: the thread's place in the block and the row's slices of
+// the selection, the output and entry_slot (null when not kept).
+struct ResolveRowView {
+  int b, tid, nt, top_k, hot, tile, mine;
+  const std::int32_t* sel;
+  std::int32_t* out;
+  std::int32_t* entry_slot;
+};
+__device__ __forceinline__ ResolveRowView resolve_row_view(const SwapInArgs& a) {
+  const int b = static_cast<int>(blockIdx.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
+  const auto at = static_cast<std::size_t>(b) * a.top_k;
+  return {b,
+          tid,
+          nt,
+          a.top_k,
+          a.hot,
+          nt * kItems,
+          tid * kItems,
+          a.selected + at,
+          a.physical_rows + at,
+          a.plan.entry_slot ? a.plan.entry_slot + at : nullptr};
+}
+
+// The resolve's dynamic shared memory (swap_in_shared_bytes, swap_in_direct_shared_bytes): the
+// table (the hash's keys then values, or the direct table's word per token from the start), the
+// hit bits, the scratch ints, the buckets, the new LRU order, the evicted slots and (direct only)
+// each miss's plan entry.
+struct ResolveSmem {
+  std::int32_t* keys;
+  std::uint32_t* vals;  // the hash's values
+  std::uint32_t* hit_bits;
+  int* scratch;
+  int* bucket;
+  std::uint16_t* new_lru;
+  std::uint16_t* evict_slot;
+  std::uint16_t* miss_entry;
+};
+__device__ __forceinline__ ResolveSmem resolve_smem(unsigned char* smem, int direct_tokens,
+                                                    int top_k, int hot) {
+  const int capacity = hash_capacity(top_k);
+  const int table_words = direct_tokens > 0 ? max(2 * capacity, direct_tokens) : 2 * capacity;
+  ResolveSmem s{};
+  s.keys = reinterpret_cast<std::int32_t*>(smem);
+  s.vals = reinterpret_cast<std::uint32_t*>(s.keys + capacity);
+  s.hit_bits = reinterpret_cast<std::uint32_t*>(smem) + table_words;
+  // scratch: [0, 66) the BlockScan, 66 hits, 67 valid, 68 misses handed over before numbering,
+  // 69 late misses (speculative gather)
+  static_assert(kSwapInScratchInts >= kBlockScanScratchInts + 4);
+  s.scratch = reinterpret_cast<int*>(s.hit_bits + (hot + 31) / 32);
+  s.bucket = s.scratch + kSwapInScratchInts;
+  s.new_lru = reinterpret_cast<std::uint16_t*>(s.bucket + kSwapInBuckets);
+  s.evict_slot = s.new_lru + hot;
+  s.miss_entry = s.evict_slot + top_k;
+  return s;
+}
+
+// This thread's entries of the selection tile that starts at t0 (the first tile, loaded up
+// front, is passed in).
+__device__ __forceinline__ void selection_tile(const std::int32_t* sel, int t0, int mine, int top_k,
+                                               const std::int32_t (&first)[kItems],
+                                               std::int32_t (&v)[kItems]) {
+  if (t0 == 0) {
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) v[j] = first[j];
+  } else {
+    load_items(sel, t0 + mine, top_k, v);
+  }
 }
 
 // Speculative gather, after the LRU walk: each entry's slot (entry_slot: the evicted slot for a
@@ -605,124 +677,35 @@ __device__ __forceinline__ void resolve_tile_row(const SwapInArgs& a, const Reso
 // or fetch_late_rows), never before the guess has read them.
 // one_phase: when the selection and the hot buffer are one tile each and nothing needs the miss
 // count before the numbering, the misses and the LRU walk share one block scan (packed counts).
-// kTimed: phase stamps (diagnostic build; results unchanged). kSpec = shape.spec, a separate
-// instance so that the other calls run the code they ran before the speculative gather (its
-// register allocation cost them 1-2 us at batch 8-100 / 0.1%).
 template <bool kTimed, bool kSpec>
-__global__ void __launch_bounds__(cfg::kResolveThreads, 1)
-    swap_in_resolve(SwapInArgs a, ResolveShape shape) {
-  phase_stamp<kTimed>(a, 0);
+__device__ __forceinline__ void resolve_general_row(const SwapInArgs& a, const ResolveShape& shape,
+                                                    unsigned char* smem, int r,
+                                                    std::int64_t seq_len, std::int32_t base,
+                                                    const std::int32_t (&sel0)[kItems]) {
   const int direct_tokens = shape.direct_tokens;
   const int fetch_rows = shape.fetch_rows;
   const int fetch_offset = shape.fetch_offset;
   const bool early = shape.early;
   constexpr bool spec = kSpec;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Let the copy kernel's blocks be scheduled now; they wait for this grid (or, early hand-off,
-  // for each row's flag) before reading the plan.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int b = static_cast<int>(blockIdx.x);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int nt = static_cast<int>(blockDim.x);
-  const int top_k = a.top_k;
-  const int hot = a.hot;
-  const int tile = nt * kItems;
-  const int mine = tid * kItems;
-  const std::int32_t* sel = a.selected + static_cast<std::size_t>(b) * top_k;
-  std::int32_t* out = a.physical_rows + static_cast<std::size_t>(b) * top_k;
-  std::int32_t* entry_slot =
-      a.plan.entry_slot ? a.plan.entry_slot + static_cast<std::size_t>(b) * top_k : nullptr;
-
-  // Independent loads first (all sized by batch, so reading them for a padding row is safe).
-  const int num_real = *a.num_real;
-  const int r = a.request_of_row ? a.request_of_row[b] : b;
-  const std::int64_t seq_len = row_seq_len(a, b);
-  std::int32_t sel0[kItems];
-  load_items(sel, mine, top_k, sel0);
+  const auto [b, tid, nt, top_k, hot, tile, mine, sel, out, entry_slot] = resolve_row_view(a);
   auto sel_tile = [&](int t0, std::int32_t(&v)[kItems]) {
-    if (t0 == 0) {
-#pragma unroll
-      for (int j = 0; j < kItems; ++j) v[j] = sel0[j];
-    } else {
-      load_items(sel, t0 + mine, top_k, v);
-    }
+    selection_tile(sel, t0, mine, top_k, sel0, v);
   };
-
-  if (b >= num_real) {  // padding row (uniform across the block)
-    for (int i = tid; i < top_k; i += nt) {
-      out[i] = -1;
-      if (entry_slot) entry_slot[i] = -1;
-    }
-    if (tid == 0) {
-      write_row_stats(a, b, 0, 0);
-      if (early) publish_ready(a, b, 2);
-    }
-    phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
-    return;
-  }
-  const std::int32_t base = r * (hot + 1);
-
   const int capacity = hash_capacity(top_k);
   const auto mask = static_cast<std::uint32_t>(capacity - 1);
   const int words = (hot + 31) / 32;
   const bool fast = direct_tokens > 0;
-  const int table_words =
-      fast ? max(2 * capacity, direct_tokens) : 2 * capacity;  // 4-byte words before hit_bits
-  auto* keys = reinterpret_cast<std::int32_t*>(smem);
-  auto* vals = reinterpret_cast<std::uint32_t*>(keys + capacity);
-  auto* hit_bits = reinterpret_cast<std::uint32_t*>(smem) + table_words;
-  // scratch: [0, 66) the BlockScan, 66 hits, 67 valid, 68 misses handed over before numbering,
-  // 69 late misses (speculative gather)
-  static_assert(kSwapInScratchInts >= kBlockScanScratchInts + 4);
-  int* scratch = reinterpret_cast<int*>(hit_bits + words);
-  int* bucket = scratch + kSwapInScratchInts;
-  auto* new_lru = reinterpret_cast<std::uint16_t*>(bucket + kSwapInBuckets);
-  auto* evict_slot = new_lru + hot;
-  // Direct layout only (swap_in_direct_shared_bytes): the plan entry of the m-th miss when the
-  // tokens were handed over before their numbering.
-  auto* miss_entry = evict_slot + top_k;
+  const ResolveSmem layout = resolve_smem(smem, direct_tokens, top_k, hot);
+  std::int32_t* keys = layout.keys;
+  std::uint32_t* vals = layout.vals;
+  std::uint32_t* hit_bits = layout.hit_bits;
+  int* scratch = layout.scratch;
+  int* bucket = layout.bucket;
+  std::uint16_t* new_lru = layout.new_lru;
+  std::uint16_t* evict_slot = layout.evict_slot;
+  std::uint16_t* miss_entry = layout.miss_entry;
   BlockScan scan(scratch);
 
-  if (seq_len <= hot) {  // short sequence: token t in slot t
-    int my_valid = 0;
-    for (int t0 = 0; t0 < top_k; t0 += tile) {
-      std::int32_t v[kItems];
-      sel_tile(t0, v);
-      std::int32_t rows_out[kItems];
-#pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        const bool ok = v[j] >= 0 && v[j] < seq_len;
-        my_valid += ok ? 1 : 0;
-        rows_out[j] = ok ? base + v[j] : -1;
-      }
-      store_items(out, t0 + mine, top_k, rows_out);
-      if (entry_slot) store_items(entry_slot, t0 + mine, top_k, {-1, -1, -1, -1});
-    }
-    int valid = 0;
-    scan.exclusive_sum(my_valid, valid);
-    if (tid == 0) {
-      write_row_stats(a, b, valid, 0);
-      if (early) publish_ready(a, b, 2);
-    }
-    phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
-    return;
-  }
-
-  // The common shapes take the lean path (results identical; shape.lean implies the direct
-  // table).
-  if (shape.lean && seq_len <= direct_tokens && top_k <= tile && hot <= 2 * tile &&
-      fetch_rows == 0) {
-    if (hot <= tile) {
-      resolve_tile_row<kTimed, kSpec, kItems>(a, shape, smem, b, r, static_cast<int>(seq_len), base,
-                                              sel0);
-    } else {
-      resolve_tile_row<kTimed, kSpec, 2 * kItems>(a, shape, smem, b, r, static_cast<int>(seq_len),
-                                                  base, sel0);
-    }
-    return;
-  }
   const auto [slot_token, lru, resident, resident_tokens] = request_tables(a, r);
   // The bitmap's few lines (4 KB at 32K tokens) into L2 now, so that the commit's atomics at
   // the end of the block do not wait for device memory.
@@ -1131,6 +1114,132 @@ __global__ void __launch_bounds__(cfg::kResolveThreads, 1)
   phase_stamp<kTimed>(a, 8);
 }
 
+// resolve_general_row as a called function, for the compact kernel (ResolvePath::direct_compact):
+// the general code then lies apart from the set-up and the lean path instead of between them
+// (inlined, it is about 75 KB of the kernel's 132-147 KB of SASS, and the set-up jumps over
+// about 64 KB to reach the lean path; ncu, H200). Only rows the lean path cannot take call it, so its
+// call overhead and its reload of the first selection tile are paid on the rare path. It
+// declares the dynamic shared memory itself, so that its accesses stay shared-memory accesses.
+template <bool kTimed, bool kSpec>
+__device__ __noinline__ void resolve_general_row_apart(const SwapInArgs& a,
+                                                       const ResolveShape& shape, int r,
+                                                       std::int64_t seq_len, std::int32_t base) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const ResolveRowView row = resolve_row_view(a);
+  std::int32_t sel0[kItems];
+  load_items(row.sel, row.mine, row.top_k, sel0);
+  resolve_general_row<kTimed, kSpec>(a, shape, smem, r, seq_len, base, sel0);
+}
+
+// The resolve of block b's row: padding rows and short sequences here, rows of the common shapes
+// on the lean path (resolve_tile_row), the rest on the general path (resolve_general_row).
+// kCompactSlots 0: both lean instances (4 and 8 slots per thread) and the general path inlined.
+// kCompactSlots 4 or 8 (ResolvePath::direct_compact; the host picks it from hot): the lean
+// instance of that many slots only, and the general path a called function, so that the code a
+// call of the common shapes runs lies together: 30 KB of SASS (38 KB with kSpec) before the
+// called function, against 132-147 KB for the inlined kernel (sm_90a, readelf).
+// kTimed: phase stamps (diagnostic build; results unchanged). kSpec = shape.spec, a separate
+// instance so that the other calls run the code they ran before the speculative gather (its
+// register allocation cost them 1-2 us at batch 8-100 / 0.1%).
+template <bool kTimed, bool kSpec, int kCompactSlots>
+__device__ __forceinline__ void resolve_row(const SwapInArgs& a, const ResolveShape& shape) {
+  phase_stamp<kTimed>(a, 0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Let the copy kernel's blocks be scheduled now; they wait for this grid (or, early hand-off,
+  // for each row's flag) before reading the plan.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  extern __shared__ __align__(16) unsigned char smem[];
+  const auto [b, tid, nt, top_k, hot, tile, mine, sel, out, entry_slot] = resolve_row_view(a);
+  const bool early = shape.early;
+
+  // Independent loads first (all sized by batch, so reading them for a padding row is safe).
+  const int num_real = *a.num_real;
+  const int r = a.request_of_row ? a.request_of_row[b] : b;
+  const std::int64_t seq_len = row_seq_len(a, b);
+  std::int32_t sel0[kItems];
+  load_items(sel, mine, top_k, sel0);
+
+  if (b >= num_real) {  // padding row (uniform across the block)
+    for (int i = tid; i < top_k; i += nt) {
+      out[i] = -1;
+      if (entry_slot) entry_slot[i] = -1;
+    }
+    if (tid == 0) {
+      write_row_stats(a, b, 0, 0);
+      if (early) publish_ready(a, b, 2);
+    }
+    phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
+    return;
+  }
+  const std::int32_t base = r * (hot + 1);
+
+  if (seq_len <= hot) {  // short sequence: token t in slot t
+    BlockScan scan(resolve_smem(smem, shape.direct_tokens, top_k, hot).scratch);
+    int my_valid = 0;
+    for (int t0 = 0; t0 < top_k; t0 += tile) {
+      std::int32_t v[kItems];
+      selection_tile(sel, t0, mine, top_k, sel0, v);
+      std::int32_t rows_out[kItems];
+#pragma unroll
+      for (int j = 0; j < kItems; ++j) {
+        const bool ok = v[j] >= 0 && v[j] < seq_len;
+        my_valid += ok ? 1 : 0;
+        rows_out[j] = ok ? base + v[j] : -1;
+      }
+      store_items(out, t0 + mine, top_k, rows_out);
+      if (entry_slot) store_items(entry_slot, t0 + mine, top_k, {-1, -1, -1, -1});
+    }
+    int valid = 0;
+    scan.exclusive_sum(my_valid, valid);
+    if (tid == 0) {
+      write_row_stats(a, b, valid, 0);
+      if (early) publish_ready(a, b, 2);
+    }
+    phase_stamp<kTimed>(a, kSwapInPhaseStamps - 1);
+    return;
+  }
+
+  // The common shapes take the lean path (results identical; shape.lean implies the direct
+  // table).
+  constexpr int kMaxSlots = kCompactSlots > 0 ? kCompactSlots : 2 * kItems;
+  if (shape.lean && seq_len <= shape.direct_tokens && top_k <= tile &&
+      hot <= kMaxSlots / kItems * tile && shape.fetch_rows == 0) {
+    if constexpr (kCompactSlots > 0) {
+      resolve_tile_row<kTimed, kSpec, kCompactSlots>(a, shape, smem, b, r,
+                                                     static_cast<int>(seq_len), base, sel0);
+    } else if (hot <= tile) {
+      resolve_tile_row<kTimed, kSpec, kItems>(a, shape, smem, b, r, static_cast<int>(seq_len), base,
+                                              sel0);
+    } else {
+      resolve_tile_row<kTimed, kSpec, 2 * kItems>(a, shape, smem, b, r, static_cast<int>(seq_len),
+                                                  base, sel0);
+    }
+    return;
+  }
+  if constexpr (kCompactSlots > 0) {
+    resolve_general_row_apart<kTimed, kSpec>(a, shape, r, seq_len, base);
+  } else {
+    resolve_general_row<kTimed, kSpec>(a, shape, smem, r, seq_len, base, sel0);
+  }
+}
+
+template <bool kTimed, bool kSpec>
+__global__ void __launch_bounds__(cfg::kResolveThreads, 1)
+    swap_in_resolve(SwapInArgs a, ResolveShape shape) {
+  resolve_row<kTimed, kSpec, 0>(a, shape);
+}
+
+// __grid_constant__: the called general path reads the arguments where the launch put them.
+// Without it they are copied to the stack for the call (400-440 B of stack frame and up to 44 B
+// of spills, ptxas sm_90a); on the inlined kernel it changed the code (8 B of spills with kSpec).
+template <bool kTimed, bool kSpec, int kSlots>
+__global__ void __launch_bounds__(cfg::kResolveThreads, 1)
+    swap_in_resolve_compact(__grid_constant__ const SwapInArgs a,
+                            __grid_constant__ const ResolveShape shape) {
+  resolve_row<kTimed, kSpec, kSlots>(a, shape);
+}
+
 template <int W>
 struct VecOf;
 template <>
@@ -1483,7 +1592,7 @@ ResolveShape resolve_shape(const SwapInArgs& a, bool early) {
     if (bytes <= static_cast<std::size_t>(cfg::kMaxResolveSharedBytes)) {
       shape.direct_tokens = cfg::kResolveDirectTokens;
       shape.shared_bytes = bytes;
-      shape.lean = a.resolve == ResolvePath::direct;
+      shape.lean = a.resolve != ResolvePath::direct_general;
     }
   }
   // Fetching in the resolve needs whole 16-B pieces, one tile of selection (the miss count is
@@ -1516,13 +1625,26 @@ ResolveShape resolve_shape(const SwapInArgs& a, bool early) {
   return shape;
 }
 
+// Every instance of the resolve kernel, at resolve_instance(timed, spec, compact_slots).
+using ResolveKernel = void (*)(SwapInArgs, ResolveShape);
 template <bool kTimed, bool kSpec>
-void raise_shared_limit(int needed) {
-  cudaFuncAttributes attributes{};
-  HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, swap_in_resolve<kTimed, kSpec>));
-  if (attributes.maxDynamicSharedSizeBytes < needed)
-    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(swap_in_resolve<kTimed, kSpec>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, needed));
+constexpr ResolveKernel kResolveByCompactSlots[] = {swap_in_resolve<kTimed, kSpec>,
+                                                    swap_in_resolve_compact<kTimed, kSpec, 4>,
+                                                    swap_in_resolve_compact<kTimed, kSpec, 8>};
+constexpr const ResolveKernel* kResolveKernels[] = {
+    kResolveByCompactSlots<false, false>, kResolveByCompactSlots<false, true>,
+    kResolveByCompactSlots<true, false>, kResolveByCompactSlots<true, true>};
+ResolveKernel resolve_instance(bool timed, bool spec, int compact_slots) {
+  return kResolveKernels[(timed ? 2 : 0) + (spec ? 1 : 0)][compact_slots / 4];
+}
+// The compact instance's slots per thread (ResolvePath::direct_compact, where the lean path may
+// run at all: else it would only add a call), 0 for the inlined kernel.
+int compact_slots(const SwapInArgs& a, const ResolveShape& shape) {
+  constexpr int kTile = cfg::kResolveThreads * cfg::kResolveItems;
+  if (a.resolve != ResolvePath::direct_compact || !shape.lean || shape.fetch_rows > 0 ||
+      a.top_k > kTile || a.hot > 2 * kTile)
+    return 0;
+  return a.hot <= kTile ? kItems : 2 * kItems;
 }
 }  // namespace
 
@@ -1538,13 +1660,26 @@ void configure_swap_in(int top_k, int hot) {
   // for the old-token array of the residency bitmap.
   needed = std::min<std::size_t>(needed + cfg::kResolveFetchBytes + old_token_bytes(hot),
                                  cfg::kMaxResolveSharedBytes);
-  raise_shared_limit<false, false>(static_cast<int>(needed));
-  raise_shared_limit<false, true>(static_cast<int>(needed));
-  raise_shared_limit<true, false>(static_cast<int>(needed));
-  raise_shared_limit<true, true>(static_cast<int>(needed));
+  for (const ResolveKernel* by_slots : kResolveKernels)
+    for (int i = 0; i < 3; ++i) {
+      cudaFuncAttributes attributes{};
+      HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, by_slots[i]));
+      if (attributes.maxDynamicSharedSizeBytes < static_cast<int>(needed))
+        HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
+            by_slots[i], cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(needed)));
+    }
 }
 
 namespace {
+// Whether launch_swap_in uses the early hand-off. It pays where latency matters (small batch); at
+// large batch the copy is bound by host page translation and its blocks would only wait beside
+// the resolve.
+bool early_handoff(const SwapInArgs& a) {
+  const int early_below =
+      speculative(a, true) ? cfg::kSpeculativeGatherBelow : cfg::kEarlyHandoffBelow;
+  return a.plan.ready != nullptr && a.batch < early_below;
+}
+
 void resolve_launch(const SwapInArgs& a, bool early, cudaStream_t stream) {
   if (a.batch <= 0 || a.top_k <= 0) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -1552,9 +1687,8 @@ void resolve_launch(const SwapInArgs& a, bool early, cudaStream_t stream) {
   if (capture == cudaStreamCaptureStatusNone) configure_swap_in(a.top_k, a.hot);
   const auto blocks = static_cast<unsigned>(a.batch);
   const ResolveShape shape = resolve_shape(a, early);
-  const auto resolve =
-      a.phase_stamps ? (shape.spec ? swap_in_resolve<true, true> : swap_in_resolve<true, false>)
-                     : (shape.spec ? swap_in_resolve<false, true> : swap_in_resolve<false, false>);
+  const ResolveKernel resolve =
+      resolve_instance(a.phase_stamps != nullptr, shape.spec, compact_slots(a, shape));
   resolve<<<blocks, cfg::kResolveThreads, shape.shared_bytes, stream>>>(a, shape);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
@@ -1594,13 +1728,15 @@ void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream) {
 }
 
 void launch_swap_in(const SwapInArgs& a, cudaStream_t stream) {
-  // The early hand-off pays where latency matters (small batch); at large batch the copy is
-  // bound by host page translation and its blocks would only wait beside the resolve.
-  const int early_below =
-      speculative(a, true) ? cfg::kSpeculativeGatherBelow : cfg::kEarlyHandoffBelow;
-  const bool early = a.plan.ready != nullptr && a.batch < early_below;
+  const bool early = early_handoff(a);
   resolve_launch(a, early, stream);
   copy_launch(a, early, stream);
+}
+
+std::string swap_in_resolve_kernel(const SwapInArgs& a) {
+  const ResolveShape shape = resolve_shape(a, early_handoff(a));
+  const int slots = compact_slots(a, shape);
+  return slots > 0 ? "swap_in_resolve_compact<" + std::to_string(slots) + ">" : "swap_in_resolve";
 }
 
 }  // namespace hisparse::kernels

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/stream.hpp"
 
@@ -90,6 +91,10 @@ enum class ResolvePath : std::uint8_t {
   /// is one or two tiles (hot at most 8192) and that the resolve does not fetch itself take a
   /// lean path written for that shape (resolve_tile_row). The default.
   direct,
+  /// `direct` compiled so that a call of the common shapes runs compact code: the set-up, the
+  /// short-sequence and the lean paths in one kernel, the general code a called function apart
+  /// from them (in `direct` it is inlined between the set-up and the lean path). Same results.
+  direct_compact,
   /// `direct` without the lean path: every row runs the general resolve code (the kernel before
   /// the lean path; to compare, and so that the GPU tests keep that code covered).
   direct_general,
@@ -152,6 +157,8 @@ inline constexpr int kSwapInBuckets = 1 << kLog2SwapInBuckets;
 [[nodiscard]] std::size_t swap_in_direct_shared_bytes(int top_k, int hot) noexcept;
 /// Names of the phases between stamps k - 1 and k (k = 1 .. kSwapInPhaseStamps - 1).
 [[nodiscard]] const char* swap_in_phase_name(int k) noexcept;
+/// The enumerator's name ("direct", "direct_compact", ...), as benchmarks and tests print it.
+[[nodiscard]] const char* resolve_path_name(ResolvePath path) noexcept;
 
 #if HISPARSE_WITH_CUDA
 /// Sets the resolve kernel's dynamic shared-memory limit for (top_k, hot). Call once outside
@@ -164,6 +171,9 @@ void launch_swap_in(const SwapInArgs& args, cudaStream_t stream);
 /// copy fetches what the plan lists (it leaves the plan as it is, so it can be replayed alone).
 void launch_swap_in_resolve(const SwapInArgs& args, cudaStream_t stream);
 void launch_swap_in_copy(const SwapInArgs& args, cudaStream_t stream);
+/// The resolve kernel launch_swap_in runs for args: "swap_in_resolve", or
+/// "swap_in_resolve_compact<4>" / "<8>" (ResolvePath::direct_compact where the lean path may run).
+[[nodiscard]] std::string swap_in_resolve_kernel(const SwapInArgs& args);
 #endif
 /// CPU twin with the identical contract (fills the plan too).
 void swap_in_ref(const SwapInArgs& args);

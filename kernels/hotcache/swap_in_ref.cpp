@@ -41,6 +41,20 @@ const char* swap_in_phase_name(int k) noexcept {
   return k >= 0 && k < kSwapInPhaseStamps ? kNames[k] : "?";
 }
 
+const char* resolve_path_name(ResolvePath path) noexcept {
+  switch (path) {
+    case ResolvePath::direct:
+      return "direct";
+    case ResolvePath::direct_compact:
+      return "direct_compact";
+    case ResolvePath::direct_general:
+      return "direct_general";
+    case ResolvePath::hash:
+      return "hash";
+  }
+  return "?";
+}
+
 namespace {
 std::int64_t seq_len_of(const SwapInArgs& a, int row) {
   return a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[row]

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -45,19 +46,10 @@ struct Shape {
   bool speculate = false;
 };
 
-const char* path_name(kernels::ResolvePath p) {
-  switch (p) {
-    case kernels::ResolvePath::hash:
-      return "hash";
-    case kernels::ResolvePath::direct_general:
-      return "direct_general";
-    default:
-      return "direct";
-  }
-}
 /// Every resolve path, for tests that cycle through them.
 constexpr kernels::ResolvePath kPaths[] = {
-    kernels::ResolvePath::direct, kernels::ResolvePath::direct_general, kernels::ResolvePath::hash};
+    kernels::ResolvePath::direct, kernels::ResolvePath::direct_compact,
+    kernels::ResolvePath::direct_general, kernels::ResolvePath::hash};
 
 std::string describe(const Shape& s) {
   return "requests " + std::to_string(s.requests) + " batch " + std::to_string(s.batch) + " hot " +
@@ -66,7 +58,7 @@ std::string describe(const Shape& s) {
          (s.int64_lens ? " int64" : " int32") + (s.use_pdl ? " pdl" : "") + " copy_blocks " +
          std::to_string(s.copy_blocks) + " sort_misses_from " + std::to_string(s.sort_misses_from) +
          " copy_rows_per_chunk " + std::to_string(s.copy_rows_per_chunk) + " resolve " +
-         path_name(s.resolve) + (s.fetch_in_resolve ? " fetch_in_resolve" : "") +
+         kernels::resolve_path_name(s.resolve) + (s.fetch_in_resolve ? " fetch_in_resolve" : "") +
          (s.early_handoff ? " early" : "") + (s.speculate ? " speculate" : "");
 }
 
@@ -498,6 +490,48 @@ TEST(HotcacheSwapInGpu, RandomMultiStepSequencesMatchTheTwinByteForByte) {
 #endif
 }
 
+TEST(HotcacheSwapInGpu, RandomMultiStepSequencesOnTheCompactDirectResolveMatchTheTwin) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // The compact kernels where the lean path can run (one-tile selections without the resolve's
+  // own fetch); the other shapes take the inlined kernel. DirectResolveFallsBackToTheHashFor-
+  // LongSequences reaches the compact kernels' called general path.
+  random_multi_step_sequences(kernels::ResolvePath::direct_compact);
+#endif
+}
+
+TEST(HotcacheSwapInGpu, CompactResolveKernelOnlyWhereTheLeanPathCanRun) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // The design point (top_k 2048, hot 4096, 656-B rows): the compact kernel of 4 slots per
+  // thread, of 8 with hot 6144; the inlined kernel on `direct`, with a two-tile selection, a hot
+  // buffer of three tiles, and where the resolve fetches the misses itself (batch 1, no bitmap).
+  Shape s;
+  s.requests = s.batch = 1;
+  s.top_k = 2048;
+  s.hot = 4096;
+  s.row_bytes = s.row_stride = 656;
+  s.capacity = 32768;
+  s.fetch_in_resolve = false;
+  auto kernel = [&s](kernels::ResolvePath resolve, int top_k, int hot, bool fetch) {
+    Shape t = s;
+    t.resolve = resolve;
+    t.top_k = top_k;
+    t.hot = hot;
+    t.fetch_in_resolve = fetch;
+    Harness h(t, 5);
+    return kernels::swap_in_resolve_kernel(h.args(true));
+  };
+  using kernels::ResolvePath;
+  EXPECT_EQ(kernel(ResolvePath::direct_compact, 2048, 4096, false), "swap_in_resolve_compact<4>");
+  EXPECT_EQ(kernel(ResolvePath::direct_compact, 2048, 6144, false), "swap_in_resolve_compact<8>");
+  EXPECT_EQ(kernel(ResolvePath::direct, 2048, 4096, false), "swap_in_resolve");
+  EXPECT_EQ(kernel(ResolvePath::direct_compact, 4100, 4100, false), "swap_in_resolve");
+  EXPECT_EQ(kernel(ResolvePath::direct_compact, 2048, 12288, false), "swap_in_resolve");
+  EXPECT_EQ(kernel(ResolvePath::direct_compact, 2048, 4096, true), "swap_in_resolve");
+#endif
+}
+
 TEST(HotcacheSwapInGpu, RandomMultiStepSequencesOnTheGeneralDirectResolveMatchTheTwin) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
@@ -517,20 +551,34 @@ TEST(HotcacheSwapInGpu, DirectResolveFallsBackToTheHashForLongSequences) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
   // Sequences of up to 70,000 tokens: rows longer than kResolveDirectTokens (32768) hash their
-  // selection, shorter ones use the direct table, in the same launch; both paths and the
-  // benchmark's design point (top_k 2048, hot 4096) against the twin.
-  for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::hash}) {
-    for (int top_k : {64, 2048}) {
+  // selection, shorter ones use the direct table, in the same launch; every path and the
+  // benchmark's design point (top_k 2048, hot 4096) against the twin. On direct_compact the long
+  // rows call the general path from the compact kernel of 4 (hot 128, 4096) or 8 slots (6144).
+  struct Size {
+    int top_k, hot;
+  };
+  for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::direct_compact,
+                       kernels::ResolvePath::hash}) {
+    for (const auto [top_k, hot] : {Size{64, 128}, Size{2048, 4096}, Size{2048, 6144}}) {
       Shape s;
       s.requests = 6;
       s.batch = 5;
       s.top_k = top_k;
-      s.hot = 2 * top_k;
+      s.hot = hot;
       s.row_bytes = s.row_stride = 16;
       s.capacity = 70000;
       s.resolve = resolve;
-      Harness h(s, 4242 + static_cast<std::uint64_t>(top_k));
-      run_steps(h, 12, "long sequences top_k " + std::to_string(top_k));
+      // The resolve's own fetch sends every row to the general path, so the compact kernel would
+      // not be chosen.
+      s.fetch_in_resolve = resolve != kernels::ResolvePath::direct_compact;
+      Harness h(s, 4242 + static_cast<std::uint64_t>(top_k + hot));
+      if (resolve == kernels::ResolvePath::direct_compact) {
+        ASSERT_EQ(kernels::swap_in_resolve_kernel(h.args(true)),
+                  hot <= 4096 ? "swap_in_resolve_compact<4>" : "swap_in_resolve_compact<8>");
+      }
+      run_steps(h, 12,
+                std::string("long sequences ") + kernels::resolve_path_name(resolve) + " top_k " +
+                    std::to_string(top_k) + " hot " + std::to_string(hot));
       if (HasFatalFailure()) return;
     }
   }
@@ -574,7 +622,8 @@ TEST(HotcacheSwapInGpu, TwoTileHotBuffersOnTheLeanPathMatchTheTwin) {
   // Hot buffers of 4097-8192 slots (SGLang's 6144 default among them) with a one-tile selection
   // take the lean resolve with 8 slots per thread: random shapes around the tile edges, with and
   // without the early hand-off, the speculative gather and the resolve's own fetch (which sends a
-  // row back to the general path), against the twin over several steps.
+  // row back to the general path), against the twin over several steps; on direct (both lean
+  // instances in one kernel) and direct_compact (the 8-slot compact kernel).
   Rng rng(8192);
   static const int kHot[] = {4097, 4127, 4135, 6144, 8191, 8192};
   static const int kTopK[] = {1, 33, 2048, 4096};
@@ -590,9 +639,14 @@ TEST(HotcacheSwapInGpu, TwoTileHotBuffersOnTheLeanPathMatchTheTwin) {
     s.fetch_in_resolve = rng.below(4) == 0;
     s.early_handoff = rng.below(2) == 0;
     s.speculate = rng.below(2) == 0;
-    Harness h(s, 300 + static_cast<std::uint64_t>(config));
-    run_steps(h, 6, "two tiles, config " + std::to_string(config));
-    if (HasFatalFailure()) return;
+    for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::direct_compact}) {
+      s.resolve = resolve;
+      Harness h(s, 300 + static_cast<std::uint64_t>(config));
+      run_steps(h, 6,
+                std::string("two tiles, ") + kernels::resolve_path_name(resolve) + ", config " +
+                    std::to_string(config));
+      if (HasFatalFailure()) return;
+    }
   }
 #endif
 }
@@ -617,12 +671,13 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
     s.copy_blocks = copy_blocks;
     return s;
   };
-  for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::direct_general})
+  for (auto resolve : {kernels::ResolvePath::direct, kernels::ResolvePath::direct_compact,
+                       kernels::ResolvePath::direct_general})
     for (int batch : {1, 3, 7, 8})  // 8: the largest speculative batch
       for (bool scramble : {false, true}) {
         Harness h(design_point(batch, 0, resolve), 60 + static_cast<std::uint64_t>(batch));
         run_steps(h, 5,
-                  "batch " + std::to_string(batch) + " " + path_name(resolve) +
+                  "batch " + std::to_string(batch) + " " + kernels::resolve_path_name(resolve) +
                       (scramble ? " scrambled hint" : ""),
                   scramble);
         if (HasFatalFailure()) return;
@@ -640,7 +695,7 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   for (int config = 0; config < 40; ++config) {
     Shape s = random_shape(rng);
     s.early_handoff = s.speculate = true;
-    s.resolve = kPaths[config % 3];
+    s.resolve = kPaths[config % std::size(kPaths)];
     Harness h(s, 700 + static_cast<std::uint64_t>(config));
     run_steps(h, 8, "random config " + std::to_string(config), config % 2 == 1);
     if (HasFatalFailure()) return;
@@ -719,7 +774,7 @@ TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
   Rng rng(9);
   for (int config = 0; config < 12; ++config) {
     Shape s = random_shape(rng);
-    s.resolve = kPaths[config % 3];
+    s.resolve = kPaths[config % std::size(kPaths)];
     Harness h(s, 500 + static_cast<std::uint64_t>(config));
     Stream stream(Backend::cuda);
     kernels::configure_swap_in(s.top_k, s.hot);  // not allowed while capturing
@@ -827,6 +882,11 @@ TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuHashResolve) {
 TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuDirectResolve) {
   HISPARSE_REQUIRE_GPU();
   hot_cache_on_cuda_matches_cpu(kernels::ResolvePath::direct);
+}
+
+TEST(HotcacheSwapInGpu, HotCacheOnCudaMatchesHotCacheOnCpuCompactDirectResolve) {
+  HISPARSE_REQUIRE_GPU();
+  hot_cache_on_cuda_matches_cpu(kernels::ResolvePath::direct_compact);
 }
 
 TEST(HotcacheSwapInGpu, PinnedPoolFailureNamesTheSize) {

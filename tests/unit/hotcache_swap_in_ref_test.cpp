@@ -359,6 +359,8 @@ TEST(HotcacheSwapInRef, DirectPathWidensTheSelectionTableAndAddsThePlanEntries) 
   EXPECT_STREQ(swap_in_phase_name(3), "build");
   EXPECT_STREQ(swap_in_phase_name(kSwapInPhaseStamps - 1), "commit");
   EXPECT_STREQ(swap_in_phase_name(kSwapInPhaseStamps), "?");
+  EXPECT_STREQ(resolve_path_name(ResolvePath::direct_compact), "direct_compact");
+  EXPECT_STREQ(resolve_path_name(ResolvePath::hash), "hash");
 }
 
 }  // namespace

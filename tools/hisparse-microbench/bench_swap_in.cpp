@@ -349,25 +349,25 @@ bool register_swap_in() {
               c);
         }
   // The resolve paths (ResolvePath::hash: the kernel of calls 1-3; direct: token-indexed table,
-  // hit words without atomics, one-tile rows on the lean path; direct_general: direct without
-  // the lean path), the whole swap-in and the resolve alone.
+  // hit words without atomics, one-tile rows on the lean path; direct_compact: direct with the
+  // lean path of one slot count in a kernel of its own and the general code called;
+  // direct_general: direct without the lean path), the whole swap-in and the resolve alone.
   using kernels::ResolvePath;
-  auto path_name = [](ResolvePath p) {
-    return p == ResolvePath::hash ? "hash" : p == ResolvePath::direct ? "direct" : "direct_general";
-  };
+  const auto path_name = kernels::resolve_path_name;
   constexpr ResolvePath kPaths[] = {ResolvePath::hash, ResolvePath::direct,
-                                    ResolvePath::direct_general};
+                                    ResolvePath::direct_compact, ResolvePath::direct_general};
   for (int batch : {1, 64, 100})
-    for (double miss : {0.001, 0.2})
-      for (Part part : {Part::full, Part::resolve})
-        for (ResolvePath resolve : kPaths) {
-          SwapInCase c{16, batch, 4096, 656, miss};
-          c.part = part;
-          c.resolve = resolve;
-          register_case(case_name("swap_in_path", c) +
-                            fmt::format("/part:{}/path:{}", part_name(part), path_name(resolve)),
-                        c);
-        }
+    for (int hot : {4096, 8192})
+      for (double miss : {0.001, 0.2, 1.0})
+        for (Part part : {Part::full, Part::resolve})
+          for (ResolvePath resolve : kPaths) {
+            SwapInCase c{16, batch, hot, 656, miss};
+            c.part = part;
+            c.resolve = resolve;
+            register_case(case_name("swap_in_path", c) +
+                              fmt::format("/part:{}/path:{}", part_name(part), path_name(resolve)),
+                          c);
+          }
   // Where the time goes inside the resolve block: phase stamps of block 0 (adds one barrier per
   // phase; the counters ph<k>_<phase>_us / _kcyc are means over the calls).
   for (int batch : {1, 64})
