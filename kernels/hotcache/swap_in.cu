@@ -24,6 +24,7 @@
 // row's slots are published (batch 1 / 20% miss 19.2 -> 15.4 us, 100% 43 -> 37.5 us). Tuning and
 // the figures behind it: swap_in_config.hpp, reports/hotcache_tuning.md.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -1625,15 +1626,15 @@ ResolveShape resolve_shape(const SwapInArgs& a, bool early) {
   return shape;
 }
 
-// Every instance of the resolve kernel, at resolve_instance(timed, spec, compact_slots).
+// Every instance of the resolve kernel: [2 * timed + spec][compact slots / 4].
 using ResolveKernel = void (*)(SwapInArgs, ResolveShape);
 template <bool kTimed, bool kSpec>
-constexpr ResolveKernel kResolveByCompactSlots[] = {swap_in_resolve<kTimed, kSpec>,
-                                                    swap_in_resolve_compact<kTimed, kSpec, 4>,
-                                                    swap_in_resolve_compact<kTimed, kSpec, 8>};
-constexpr const ResolveKernel* kResolveKernels[] = {
-    kResolveByCompactSlots<false, false>, kResolveByCompactSlots<false, true>,
-    kResolveByCompactSlots<true, false>, kResolveByCompactSlots<true, true>};
+constexpr std::array<ResolveKernel, 3> kResolveBySlots = {
+    swap_in_resolve<kTimed, kSpec>, swap_in_resolve_compact<kTimed, kSpec, 4>,
+    swap_in_resolve_compact<kTimed, kSpec, 8>};
+constexpr std::array<std::array<ResolveKernel, 3>, 4> kResolveKernels = {
+    kResolveBySlots<false, false>, kResolveBySlots<false, true>, kResolveBySlots<true, false>,
+    kResolveBySlots<true, true>};
 ResolveKernel resolve_instance(bool timed, bool spec, int compact_slots) {
   return kResolveKernels[(timed ? 2 : 0) + (spec ? 1 : 0)][compact_slots / 4];
 }
@@ -1660,13 +1661,13 @@ void configure_swap_in(int top_k, int hot) {
   // for the old-token array of the residency bitmap.
   needed = std::min<std::size_t>(needed + cfg::kResolveFetchBytes + old_token_bytes(hot),
                                  cfg::kMaxResolveSharedBytes);
-  for (const ResolveKernel* by_slots : kResolveKernels)
-    for (int i = 0; i < 3; ++i) {
+  for (const auto& by_slots : kResolveKernels)
+    for (const ResolveKernel kernel : by_slots) {
       cudaFuncAttributes attributes{};
-      HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, by_slots[i]));
+      HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
       if (attributes.maxDynamicSharedSizeBytes < static_cast<int>(needed))
         HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
-            by_slots[i], cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(needed)));
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(needed)));
     }
 }
 
