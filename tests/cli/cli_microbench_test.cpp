@@ -52,6 +52,38 @@ TEST(CliMicrobench, RecordsWhereItsFiguresComeFrom) {
 #endif
 }
 
+TEST(CliMicrobench, CodeFetchFamiliesPairEveryCaseWithItsCodeEvictedTwin) {
+#ifndef HISPARSE_MICROBENCH_EXE
+  GTEST_SKIP() << "SKIPPED: hisparse-microbench is not built (HISPARSE_BUILD_BENCH is off)";
+#else
+  // `.ci/device-check code-fetch` pivots these families by path and by icache: every case comes
+  // with the SMs' instruction caches kept and evicted, and swap_in_code with both resolve kernels.
+  auto list = [](const std::string& filter) {
+    const auto r = run_command(std::string(HISPARSE_MICROBENCH_EXE) +
+                               " --benchmark_list_tests --benchmark_filter='" + filter + "'");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string code = list("^swap_in_code/");
+  EXPECT_EQ(count(code, "\n"), 24) << code;  // batch 1, 64 x 3 miss rates x 2 paths x 2
+  EXPECT_EQ(count(code, "/icache:kept/"), 12) << code;
+  EXPECT_EQ(count(code, "/icache:evicted/"), 12) << code;
+  EXPECT_EQ(count(code, "/path:direct_compact/"), 12) << code;
+  const std::string probe = list("^launch_floor_code/");
+  EXPECT_EQ(count(probe, "/icache:kept/"), count(probe, "/icache:evicted/")) << probe;
+  EXPECT_EQ(count(probe, "/layout:jumps/icache:evicted/"), 4) << probe;  // 2 sizes x 2 blocks
+  const std::string paths =
+      list("^swap_in_path/pool_gb:16/batch:(1|64)/.*/path:direct(_compact)?/");
+  EXPECT_EQ(count(paths, "/path:direct/"), count(paths, "/path:direct_compact/")) << paths;
+  EXPECT_EQ(count(paths, "/path:direct_compact/"), 24) << paths;  // 2 x 2 hot x 3 miss x 2 parts
+#endif
+}
+
 // A hand-made --benchmark_out file: one case at `us` microseconds per call on `device`.
 fs::path bench_file(const fs::path& dir, const std::string& name, const std::string& device,
                     double us) {

@@ -9,13 +9,16 @@
 // swap_in_fetch/.../fetch:0|1 (few misses fetched by the resolve block, MissPlan::fetched) and
 // swap_in_stride/.../stride:<bytes> (host rows padded to 128-byte lines) and
 // swap_in_early/.../early:0|1 (the copy's early hand-off, MissPlan::ready) and
-// swap_in_spec/.../spec:0|1 (the copy's speculative gather from the residency bitmap).
+// swap_in_spec/.../spec:0|1 (the copy's speculative gather from the residency bitmap) and
+// swap_in_code/.../path:<P>/icache:kept|evicted (the SMs' instruction caches as the last call
+// left them, or evicted before each call).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,9 @@ struct SwapInCase {
   int copy_blocks_per_sm = 0;    ///< 0: the library default
   int copy_rows_per_chunk = -1;  ///< -1: the library default
   bool flush_l2 = true;          ///< false: L2 (and the TLBs) keep what the previous call left
+  /// Evict every SM's instruction caches before each call (CodeCacheEvictor), as other kernels'
+  /// code would between two layers' swap-ins; false: a replay finds its code where the last left it.
+  bool evict_code = false;
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
   bool fetch_in_resolve = true;  ///< MissPlan::fetched (the library default)
   bool early_handoff = true;     ///< MissPlan::ready (the library default)
@@ -187,6 +193,8 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
 
   Stream stream(Backend::cuda);
   L2Flusher l2;
+  std::optional<CodeCacheEvictor> code_caches;
+  if (c.evict_code) code_caches.emplace();
   GpuTimer timer(stream);
   const CapturedGraph graph(stream, [&](cudaStream_t s) {
     switch (c.part) {
@@ -219,6 +227,7 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
     // Timing the copy alone: this selection's plan comes from an untimed resolve (which touches
     // no host memory, so the host pages stay as cold as in a full call).
     if (c.part == Part::copy) kernels::launch_swap_in_resolve(a, stream.native());
+    if (code_caches) code_caches->evict(stream);
     if (c.flush_l2) l2.flush(stream);
     if (c.phases)
       HISPARSE_CUDA_CHECK(cudaMemsetAsync(d_stamps.device_data(), 0,
@@ -430,6 +439,21 @@ bool register_swap_in() {
         c.speculate = spec;
         register_case(case_name("swap_in_spec", c) + fmt::format("/spec:{}", spec ? 1 : 0), c);
       }
+  // The resolve's code cold in the SMs' instruction caches (evicted before each call, as other
+  // kernels' code would between two layers' swap-ins) or as the last replay left it, on the
+  // inlined and the compact resolve kernels.
+  for (int batch : {1, 64})
+    for (double miss : {0.001, 0.2, 1.0})
+      for (ResolvePath resolve : {ResolvePath::direct, ResolvePath::direct_compact})
+        for (bool evict : {false, true}) {
+          SwapInCase c{16, batch, 4096, 656, miss};
+          c.resolve = resolve;
+          c.evict_code = evict;
+          register_case(
+              case_name("swap_in_code", c) +
+                  fmt::format("/path:{}/icache:{}", path_name(resolve), evict ? "evicted" : "kept"),
+              c);
+        }
   // Copy tuning: plan grouped by host address (sort:1) or not, copy blocks per SM, rows per chunk
   // (0: the size that gives each block at most one chunk; else a fixed size).
   auto tune = [](int batch, double miss, int sort, int per_sm, int rows) {

@@ -70,6 +70,21 @@ __global__ void code_fetch(std::int32_t* sink, std::uint32_t k) {
   sink[threadIdx.x] = static_cast<std::int32_t>(sum);
 }
 
+// Straight-line code of N multiply-adds on every block, for launch_code_cache_eviction. Only
+// block 0 stores (every block computes the same values).
+template <int N>
+__global__ void evict_code(std::int32_t* sink, std::uint32_t k) {
+  std::uint32_t x[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) x[c] = threadIdx.x + c;
+#pragma unroll
+  for (int t = 0; t < N / 8; ++t) eight_steps(x, k);
+  std::uint32_t sum = 0;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) sum += x[c];
+  if (blockIdx.x == 0) sink[threadIdx.x] = static_cast<std::int32_t>(sum);
+}
+
 template <int N>
 void launch_code_fetch_layout(CodeLayout layout, dim3 block, std::int32_t* sink, std::uint32_t k,
                               cudaStream_t stream) {
@@ -99,6 +114,11 @@ void launch_code_fetch_kernel(const CodeFetchArgs& a, cudaStream_t stream) {
     launch_code_fetch_layout<4096>(a.layout, block, a.sink, k, stream);
   else
     throw std::invalid_argument("launch_code_fetch_kernel: instructions must be 0, 1024 or 4096");
+  HISPARSE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_code_cache_eviction(int blocks, std::int32_t* sink, cudaStream_t stream) {
+  evict_code<kCodeEvictionBytes / 16><<<static_cast<unsigned>(blocks), 32, 0, stream>>>(sink, 5);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 

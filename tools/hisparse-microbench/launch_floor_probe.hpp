@@ -60,6 +60,13 @@ struct CodeFetchArgs {
 };
 #if HISPARSE_WITH_CUDA
 void launch_code_fetch_kernel(const CodeFetchArgs& a, cudaStream_t stream);
+
+/// `blocks` blocks of one warp, each running kCodeEvictionBytes of straight-line code, more than
+/// an SM's instruction caches hold: with a few blocks per SM, every SM's instruction caches lose
+/// what they held (CodeCacheEvictor). `sink` holds 32 ints (block 0's results).
+void launch_code_cache_eviction(int blocks, std::int32_t* sink, cudaStream_t stream);
 #endif
+/// SASS bytes each block of launch_code_cache_eviction runs (16 B per multiply-add).
+inline constexpr int kCodeEvictionBytes = 16 * 16384;
 
 }  // namespace hisparse::microbench

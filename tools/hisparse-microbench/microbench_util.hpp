@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -22,6 +23,7 @@
 #include "core/memory.hpp"
 #include "core/rng.hpp"
 #include "core/stream.hpp"
+#include "launch_floor_probe.hpp"
 
 namespace hisparse::microbench {
 
@@ -185,6 +187,26 @@ class L2Flusher {
  private:
   Allocation buffer_;
   int value_ = 0;
+};
+
+/// Evicts every SM's instruction caches, which the L2 flush does not reach (call before a timed
+/// region, outside it, then flush L2: the eviction's own code leaves L2 too). A kernel timed after
+/// it fetches its code as it would after other kernels ran on the SMs, as between a decode step's
+/// layers; without it a replayed kernel finds its code where its previous replay left it.
+class CodeCacheEvictor {
+ public:
+  CodeCacheEvictor()
+      : sink_(Buffer<std::int32_t>::device(32, Backend::cuda, "code eviction sink")),
+        blocks_(kBlocksPerSm * std::max(1, Device::cuda().properties().multiprocessors)) {}
+  void evict(const Stream& stream) {
+    launch_code_cache_eviction(blocks_, sink_.device_data(), stream.native());
+  }
+
+ private:
+  // Several blocks per SM, so that the block scheduler leaves no SM out.
+  static constexpr int kBlocksPerSm = 8;
+  Buffer<std::int32_t> sink_;
+  int blocks_;
 };
 #endif
 
