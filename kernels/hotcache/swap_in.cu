@@ -1119,8 +1119,10 @@ __device__ __forceinline__ void resolve_general_row(const SwapInArgs& a, const R
 // the general code then lies apart from the set-up and the lean path instead of between them
 // (inlined, it is about 75 KB of the kernel's 132-147 KB of SASS, and the set-up jumps over
 // about 64 KB to reach the lean path; ncu, H200). Only rows the lean path cannot take call it, so its
-// call overhead and its reload of the first selection tile are paid on the rare path. It
-// declares the dynamic shared memory itself, so that its accesses stay shared-memory accesses.
+// call overhead and its reload of the first selection tile are paid on the rare path; as a called
+// function it spills 142-156 B (ptxas), so a call whose rows are all long is slower here than on
+// the inlined kernel. It declares the dynamic shared memory itself, so that its accesses stay
+// shared-memory accesses.
 template <bool kTimed, bool kSpec>
 __device__ __noinline__ void resolve_general_row_apart(const SwapInArgs& a,
                                                        const ResolveShape& shape, int r,
