@@ -784,6 +784,7 @@ TEST(FathomGpu, SeededSelectorOnGpuEqualsSelectorOnCpuOverDriftingSteps) {
 // that names what is missing and the fix.
 TEST(FathomGpu, SeededLaunchWithoutRescanListsIsRefused) {
   HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA  // the launcher exists in CUDA builds only
   PlaneStore store(Backend::cuda, PlaneLayoutKind::hbm, 1, 128, 4096);
   kf::PlaneScanArgs a = PlaneScan::args_for(store);
   a.heads = 4;
@@ -801,6 +802,7 @@ TEST(FathomGpu, SeededLaunchWithoutRescanListsIsRefused) {
             "fathom scan: seed_range: a seeded scan without the workspace's seed_hits and rescan "
             "lists; use PlaneScan, or give PlaneScanWorkspace::seed_hits [streams][heads] zeroed "
             "and rescan_candidates / rescan_counts shaped like candidates / candidate_counts");
+#endif
 }
 
 TEST(FathomGpu, MeasuredRuleSelectorOnGpuEqualsSelectorOnCpu) {
