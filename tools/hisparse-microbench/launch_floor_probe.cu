@@ -39,10 +39,10 @@ __device__ __forceinline__ void eight_steps(std::uint32_t (&x)[8], std::uint32_t
 
 // N multiply-adds as straight-line code, as N / 64 trips of a 64-step body, or as straight-line
 // code that after every 64 steps jumps over a 64-step block it does not run, like a kernel's
-// rare paths inline in its common one. The test reads the data (a uniform test of k alone could
-// be threaded by the compiler into one jump around all of them).
+// rare paths inline in its common one; the sum of the chains. The test reads the data (a uniform
+// test of k alone could be threaded by the compiler into one jump around all of them).
 template <int N, CodeLayout LAYOUT>
-__global__ void code_fetch(std::int32_t* sink, std::uint32_t k) {
+__device__ __forceinline__ std::uint32_t run_chains(std::uint32_t k) {
   static_assert(N % 64 == 0, "whole loop bodies");
   std::uint32_t x[8];
 #pragma unroll
@@ -67,21 +67,19 @@ __global__ void code_fetch(std::int32_t* sink, std::uint32_t k) {
   std::uint32_t sum = 0;
 #pragma unroll
   for (int c = 0; c < 8; ++c) sum += x[c];
-  sink[threadIdx.x] = static_cast<std::int32_t>(sum);
+  return sum;
+}
+
+template <int N, CodeLayout LAYOUT>
+__global__ void code_fetch(std::int32_t* sink, std::uint32_t k) {
+  sink[threadIdx.x] = static_cast<std::int32_t>(run_chains<N, LAYOUT>(k));
 }
 
 // Straight-line code of N multiply-adds on every block, for launch_code_cache_eviction. Only
 // block 0 stores (every block computes the same values).
 template <int N>
 __global__ void evict_code(std::int32_t* sink, std::uint32_t k) {
-  std::uint32_t x[8];
-#pragma unroll
-  for (int c = 0; c < 8; ++c) x[c] = threadIdx.x + c;
-#pragma unroll
-  for (int t = 0; t < N / 8; ++t) eight_steps(x, k);
-  std::uint32_t sum = 0;
-#pragma unroll
-  for (int c = 0; c < 8; ++c) sum += x[c];
+  const std::uint32_t sum = run_chains<N, CodeLayout::straight>(k);
   if (blockIdx.x == 0) sink[threadIdx.x] = static_cast<std::int32_t>(sum);
 }
 
