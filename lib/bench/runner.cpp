@@ -24,6 +24,40 @@ MemoryBudget memory_budget_of(const DeviceProperties& device) {
   return b;
 }
 
+Error Runner::nothing_fits(const CapacityModel& capacity, Mode mode, const CapacityQuery& q,
+                           const RequestFootprint& footprint, const std::string& model) const {
+  const std::string where =
+      fmt::format("{} {} at context {}", model, name_of(mode), q.context_length);
+  const std::int64_t longest = capacity.longest_context(mode, q);
+  const bool by_host = q.host_mem_bytes > 0 && longest > 0 &&
+                       static_cast<double>(footprint.host_bytes) > q.host_mem_bytes;
+  const std::string problem =
+      by_host ? fmt::format(
+                    "not one request fits: {} per request in host memory against a "
+                    "host budget of {}",
+                    format_bytes(footprint.host_bytes),
+                    format_bytes(static_cast<std::size_t>(q.host_mem_bytes)))
+              : fmt::format("not one request fits: {} per request{} and {} of weights against {}",
+                            format_bytes(budgeted_bytes(footprint, q)),
+                            q.one_memory && footprint.host_bytes > 0
+                                ? " (its GPU and host bytes, both in RAM on the CPU backend)"
+                                : "",
+                            format_bytes(capacity.weight_bytes()), budget_.source);
+  if (longest == 0)
+    return Error(where, problem,
+                 "even a one-token request does not fit beside the weights and the activation "
+                 "reserve; use a device with more memory, a smaller model, or a smaller "
+                 "hot_buffer or top_k");
+  // The modes that keep the rows on the GPU can name the one that does not (on a GPU).
+  const bool rows_on_gpu = (mode == Mode::dense || mode == Mode::sparse_gpu) && !q.one_memory;
+  return Error(
+      where, problem,
+      fmt::format("lower context_length to {} or less (the longest at which one {} "
+                  "request fits){}",
+                  longest, name_of(mode),
+                  rows_on_gpu ? ", or use hisparse, which keeps the rows in host memory" : ""));
+}
+
 PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup_steps,
                          int decode_steps, const Progress& progress) const {
   HISPARSE_FUNC_RANGE();
@@ -39,6 +73,7 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
   q.budget_bits = config.budget_bits;
   q.gpu_mem_bytes = budget_.bytes;
   q.host_mem_bytes = budget_.host_bytes;
+  q.one_memory = backend_ == Backend::cpu;
   const CapacityModel capacity(model);
   const RequestFootprint footprint = capacity.footprint(config.mode, q);
   m.planned_gpu_bytes_per_request = footprint.gpu_bytes;
@@ -49,13 +84,7 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
   if (m.admitted < 0) m.admitted = config.concurrency;
   m.running = static_cast<int>(std::min<std::int64_t>(config.concurrency, m.admitted));
   m.queued = m.requested - m.running;
-  if (m.running < 1)
-    throw Error(
-        fmt::format("{} {} at context {}", model.name, name_of(config.mode), config.context_length),
-        fmt::format("not one request fits: {} per request and {} of weights against {}",
-                    format_bytes(footprint.gpu_bytes), format_bytes(capacity.weight_bytes()),
-                    budget_.source),
-        "lower context_length or use a mode that keeps less on the GPU (hisparse)");
+  if (m.running < 1) throw nothing_fits(capacity, config.mode, q, footprint, model.name);
   config.concurrency = m.running;
   const int total = warmup_steps + decode_steps;
   config.max_decode_steps = std::max(config.max_decode_steps, total);

@@ -13,6 +13,8 @@
 
 #include "bench/statistics.hpp"
 #include "core/device.hpp"
+#include "core/error.hpp"
+#include "model/capacity_model.hpp"
 #include "model/decode_engine.hpp"
 #include "model/model_spec.hpp"
 
@@ -87,6 +89,11 @@ class Runner {
   [[nodiscard]] const MemoryBudget& budget() const noexcept { return budget_; }
 
  private:
+  /// The error for a point at which not one request fits, with the longest context that does.
+  [[nodiscard]] Error nothing_fits(const CapacityModel& capacity, Mode mode, const CapacityQuery& q,
+                                   const RequestFootprint& footprint,
+                                   const std::string& model) const;
+
   Backend backend_;
   MemoryBudget budget_;
 };

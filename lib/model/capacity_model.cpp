@@ -179,31 +179,56 @@ RequestFootprint CapacityModel::footprint(Mode mode, const CapacityQuery& q) con
   return f;
 }
 
+std::size_t budgeted_bytes(const RequestFootprint& f, const CapacityQuery& q) noexcept {
+  return f.gpu_bytes + (q.one_memory ? f.host_bytes : 0);
+}
+
+CapacityRow CapacityModel::row(Mode mode, const CapacityQuery& q) const {
+  const double gpu_free =
+      q.gpu_mem_bytes - static_cast<double>(weight_bytes()) - q.activation_reserve_bytes;
+  CapacityRow r;
+  r.footprint = footprint(mode, q);
+  const auto per_gpu = static_cast<double>(budgeted_bytes(r.footprint, q));
+  r.max_concurrency = gpu_free <= 0 ? 0 : static_cast<std::int64_t>(std::floor(gpu_free / per_gpu));
+  r.limited_by = "gpu";
+  if (q.host_mem_bytes > 0 && r.footprint.host_bytes > 0) {
+    const auto by_host = static_cast<std::int64_t>(
+        std::floor(q.host_mem_bytes / static_cast<double>(r.footprint.host_bytes)));
+    if (by_host < r.max_concurrency) {
+      r.max_concurrency = by_host;
+      r.limited_by = "host";
+    }
+  }
+  return r;
+}
+
 std::vector<CapacityRow> CapacityModel::plan(const CapacityQuery& q) const {
   HISPARSE_FUNC_RANGE();
-  const double weights = static_cast<double>(weight_bytes());
-  const double gpu_free = q.gpu_mem_bytes - weights - q.activation_reserve_bytes;
   std::vector<CapacityRow> rows;
   for (Mode mode :
-       {Mode::dense, Mode::sparse_gpu, Mode::hisparse, Mode::fathom, Mode::hisparse_fathom}) {
-    if (!mode_supported(model_, mode, nullptr)) continue;
-    CapacityRow r;
-    r.footprint = footprint(mode, q);
-    const auto per_gpu = static_cast<double>(r.footprint.gpu_bytes);
-    r.max_concurrency =
-        gpu_free <= 0 ? 0 : static_cast<std::int64_t>(std::floor(gpu_free / per_gpu));
-    r.limited_by = "gpu";
-    if (q.host_mem_bytes > 0 && r.footprint.host_bytes > 0) {
-      const auto by_host = static_cast<std::int64_t>(
-          std::floor(q.host_mem_bytes / static_cast<double>(r.footprint.host_bytes)));
-      if (by_host < r.max_concurrency) {
-        r.max_concurrency = by_host;
-        r.limited_by = "host";
-      }
-    }
-    rows.push_back(std::move(r));
-  }
+       {Mode::dense, Mode::sparse_gpu, Mode::hisparse, Mode::fathom, Mode::hisparse_fathom})
+    if (mode_supported(model_, mode, nullptr)) rows.push_back(row(mode, q));
   return rows;
+}
+
+std::int64_t CapacityModel::longest_context(Mode mode, const CapacityQuery& q) const {
+  HISPARSE_FUNC_RANGE();
+  // A request's bytes never shrink as its context grows, so the contexts that fit are a prefix.
+  const auto fits = [&](std::int64_t context) {
+    CapacityQuery at = q;
+    at.context_length = context;
+    return row(mode, at).max_concurrency >= 1;
+  };
+  if (q.context_length < 1 || !fits(1)) return 0;
+  std::int64_t lo = 1, hi = q.context_length;  // fits(lo); the answer is in [lo, hi]
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
 }
 
 }  // namespace hisparse

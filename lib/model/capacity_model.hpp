@@ -37,7 +37,13 @@ struct CapacityQuery {
   double gpu_mem_bytes = 141e9;           ///< total GPU memory
   double host_mem_bytes = 0;              ///< pinned host memory budget, 0 = unlimited
   double activation_reserve_bytes = 4e9;  ///< kept free for activations and workspace
+  /// The CPU backend: a request's GPU and host bytes both come out of gpu_mem_bytes (its RAM).
+  bool one_memory = false;
 };
+
+/// The bytes of one request that count against CapacityQuery::gpu_mem_bytes.
+[[nodiscard]] std::size_t budgeted_bytes(const RequestFootprint& f,
+                                         const CapacityQuery& q) noexcept;
 
 /// Whether `mode` applies to `model`: hisparse needs a DSA indexer, fathom modes need GQA.
 /// When not, `why` (if given) says why.
@@ -54,8 +60,14 @@ class CapacityModel {
   /// One row per mode that applies to the model (fathom modes need GQA, sparse modes need an indexer
   /// or an exact top-k).
   [[nodiscard]] std::vector<CapacityRow> plan(const CapacityQuery& q) const;
+  /// The longest context_length, at most q.context_length, at which one request of `mode` fits
+  /// the query's budgets (what plan() checks); 0 when not even one token's request fits.
+  [[nodiscard]] std::int64_t longest_context(Mode mode, const CapacityQuery& q) const;
 
  private:
+  /// One mode's footprint and the concurrency the query's budgets admit.
+  [[nodiscard]] CapacityRow row(Mode mode, const CapacityQuery& q) const;
+
   ModelSpec model_;
 };
 

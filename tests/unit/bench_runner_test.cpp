@@ -73,6 +73,47 @@ TEST(BenchRunner, NothingFitsIsAnError) {
     EXPECT_EQ(e.where(), "tiny-gqa dense at context 64");
     EXPECT_NE(e.problem().find("not one request fits"), std::string::npos) << e.what();
     EXPECT_NE(e.problem().find("a one-byte budget"), std::string::npos) << e.what();
+    EXPECT_EQ(e.fix(),
+              "even a one-token request does not fit beside the weights and the activation "
+              "reserve; use a device with more memory, a smaller model, or a smaller hot_buffer "
+              "or top_k");
+  }
+}
+
+TEST(BenchRunner, NothingFitsNamesTheLongestContextThatDoes) {
+  // tiny-gqa dense holds 512 B per token (2 layers of 256-B rows): room for 40 of the 64 tokens.
+  const ModelSpec model = load_model("tiny-gqa");
+  const CapacityModel capacity(model);
+  const double budget = static_cast<double>(capacity.weight_bytes()) +
+                        CapacityQuery{}.activation_reserve_bytes + 512.0 * 40;
+  const Runner runner(Backend::cpu, MemoryBudget{budget, 0, "test budget"});
+  try {
+    (void)runner.run(model, small_config(1), 0, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.problem(),
+              "not one request fits: 32.00 KiB per request and 3.13 MiB of weights against test "
+              "budget");
+    // On the CPU backend hisparse would not help: its host rows share the same RAM.
+    EXPECT_EQ(e.fix(),
+              "lower context_length to 40 or less (the longest at which one dense "
+              "request fits)");
+  }
+  // hisparse on the CPU backend counts its host rows too: 256 B of keys + 512 B of rows per
+  // token, 16,896 B of hot buffer (33 slots x 256 B x 2 layers) and 512 + 8 ceil(L / 32) B of
+  // tables, so 768 L + 8 ceil(L / 32) <= 3,072: L = 3.
+  EngineConfig hs = small_config(1);
+  hs.mode = Mode::hisparse;
+  try {
+    (void)runner.run(model, hs, 0, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.problem().find("(its GPU and host bytes, both in RAM on the CPU backend)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.fix(),
+              "lower context_length to 3 or less (the longest at which one hisparse "
+              "request fits)");
   }
 }
 

@@ -117,6 +117,44 @@ TEST(CapacityModel, GqaHiSparseKeepsTheKeysForTheExactTopK) {
   EXPECT_EQ(f.host_breakdown.at("kv_rows"), 256u * 2 * 1024);
 }
 
+TEST(CapacityModel, LongestContextIsTheLastOneThatFits) {
+  // tiny-gqa dense: 256-B rows x 2 layers = 512 B per token; room for exactly 1000 tokens.
+  const CapacityModel cap(load_model("tiny-gqa"));
+  CapacityQuery q;
+  q.context_length = 1'000'000;
+  q.top_k = 16;
+  q.activation_reserve_bytes = 4e9;
+  q.gpu_mem_bytes = static_cast<double>(cap.weight_bytes()) + 4e9 + 512.0 * 1000 + 511;
+  EXPECT_EQ(cap.longest_context(Mode::dense, q), 1000);
+  q.context_length = 1000;
+  EXPECT_EQ(cap.plan(q)[0].max_concurrency, 1);
+  q.context_length = 1001;
+  EXPECT_EQ(cap.plan(q)[0].max_concurrency, 0);
+  q.context_length = 700;  // everything up to the query's own context fits
+  EXPECT_EQ(cap.longest_context(Mode::dense, q), 700);
+  q.gpu_mem_bytes = 4e9;  // the weights do not fit beside the reserve
+  EXPECT_EQ(cap.longest_context(Mode::dense, q), 0);
+}
+
+TEST(CapacityModel, OneMemoryCountsTheHostRowsAgainstTheBudget) {
+  // tiny-gqa hisparse at 1024 tokens (hand figures above): 330,496 B on the GPU and 524,288 B of
+  // host rows; on the CPU backend both come out of its RAM.
+  const CapacityModel cap(load_model("tiny-gqa"));
+  CapacityQuery q;
+  q.context_length = 1024;
+  q.top_k = 64;
+  q.hot_buffer = 128;
+  q.activation_reserve_bytes = 0;
+  q.gpu_mem_bytes = static_cast<double>(cap.weight_bytes()) + 3 * 854'784.0 + 1;
+  const RequestFootprint f = cap.footprint(Mode::hisparse, q);
+  EXPECT_EQ(budgeted_bytes(f, q), 330'496u);
+  EXPECT_EQ(cap.plan(q)[2].max_concurrency, 7);  // floor((3 x 854,784 + 1) / 330,496)
+  q.one_memory = true;
+  EXPECT_EQ(budgeted_bytes(f, q), 854'784u);
+  EXPECT_EQ(cap.plan(q)[2].footprint.mode, Mode::hisparse);
+  EXPECT_EQ(cap.plan(q)[2].max_concurrency, 3);
+}
+
 TEST(CapacityModel, ModesThatDoNotApplyAreRejected) {
   const ModelSpec gqa = load_model("tiny-gqa");
   EXPECT_TRUE(mode_supported(gqa, Mode::fathom));
