@@ -74,11 +74,8 @@ class ObjectWriter {
   void num(std::string_view k, T v) {
     key(k);
     char buf[48];
-    const char* end = nullptr;
-    if constexpr (std::is_floating_point_v<T>)
-      end = fmt::format_to(buf, "{}", v);  // shortest form that reads back exactly
-    else
-      end = fmt::format_to(buf, "{}", v);
+    // fmt writes a floating-point value in the shortest form that reads back exactly.
+    const char* end = fmt::format_to(buf, "{}", v);
     out_.append(buf, static_cast<std::size_t>(end - buf));
   }
   void boolean(std::string_view k, bool v) {

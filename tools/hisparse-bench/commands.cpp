@@ -234,9 +234,8 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const T
     fmt::print("{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}\n", "point",
                "model", "mode", "concurrency", "context", "status", "tok/s", "step ms", "hit rate",
                "bits/tok");
-    const nlohmann::json all_points = j["points"];
-    for (const auto& p : all_points) {
-      const nlohmann::json c = p["config"];
+    for (const auto& p : j["points"]) {
+      const nlohmann::json& c = p["config"];
       const bool ok = p["status"] == "ok";
       fmt::print(
           "{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}\n",
