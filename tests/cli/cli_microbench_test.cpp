@@ -81,6 +81,11 @@ TEST(CliMicrobench, CodeFetchFamiliesPairEveryCaseWithItsCodeEvictedTwin) {
       list("^swap_in_path/pool_gb:16/batch:(1|64)/.*/path:direct(_compact)?/");
   EXPECT_EQ(count(paths, "/path:direct/"), count(paths, "/path:direct_compact/")) << paths;
   EXPECT_EQ(count(paths, "/path:direct_compact/"), 24) << paths;  // 2 x 2 hot x 3 miss x 2 parts
+  // The same verb's host-side figure: one swap-in enqueued through the launcher or as a graph.
+  const std::string enqueue = list("^swap_in_enqueue/");
+  EXPECT_EQ(count(enqueue, "\n"), 4) << enqueue;
+  EXPECT_EQ(count(enqueue, "/part:host_launch/"), 2) << enqueue;
+  EXPECT_EQ(count(enqueue, "/part:host_graph/"), 2) << enqueue;
 #endif
 }
 

@@ -11,11 +11,13 @@
 // swap_in_early/.../early:0|1 (the copy's early hand-off, MissPlan::ready) and
 // swap_in_spec/.../spec:0|1 (the copy's speculative gather from the residency bitmap) and
 // swap_in_code/.../path:<P>/icache:kept|evicted (the SMs' instruction caches as the last call
-// left them, or evicted before each call).
+// left them, or evicted before each call) and swap_in_enqueue/.../part:host_launch|host_graph
+// (the host time of enqueuing one call: CPU time, not GPU time).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -37,8 +39,10 @@ constexpr int kVariants =
 
 /// What one replay of the timed graph runs: the whole swap-in, one of its kernels (the other
 /// half runs untimed when needed), or a one-node graph (a 4-byte memset) that shows what graph
-/// launch and the timing events cost by themselves.
-enum class Part { full, resolve, copy, graph };
+/// launch and the timing events cost by themselves. host_launch / host_graph: the host time that
+/// enqueuing one whole swap-in takes, through the launcher (kernels::launch_swap_in, as an
+/// uncaptured decode step calls it) or as one graph launch (not GPU time).
+enum class Part { full, resolve, copy, graph, host_launch, host_graph };
 
 const char* part_name(Part p) {
   switch (p) {
@@ -48,8 +52,12 @@ const char* part_name(Part p) {
       return "resolve";
     case Part::copy:
       return "copy";
-    default:
+    case Part::graph:
       return "graph";
+    case Part::host_launch:
+      return "host_launch";
+    default:
+      return "host_graph";
   }
 }
 
@@ -199,6 +207,8 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   const CapturedGraph graph(stream, [&](cudaStream_t s) {
     switch (c.part) {
       case Part::full:
+      case Part::host_launch:
+      case Part::host_graph:
         kernels::launch_swap_in(a, s);
         break;
       case Part::resolve:
@@ -255,6 +265,30 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   if (misses != expected) {
     state.SkipWithError(
         fmt::format("expected {} misses per call, got {}", expected, misses).c_str());
+    return;
+  }
+
+  if (c.part == Part::host_launch || c.part == Part::host_graph) {
+    // Host time of the enqueue alone, on an idle stream: the inputs are restored and the stream
+    // drained before each call, and the call is drained after the clock stops.
+    double total = 0.0;
+    std::size_t i = 0;
+    for (auto _ : state) {
+      prepare(i++ % kVariants);
+      stream.synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      if (c.part == Part::host_launch)
+        kernels::launch_swap_in(a, stream.native());
+      else
+        graph.launch(stream);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      stream.synchronize();
+      state.SetIterationTime(seconds);
+      total += seconds;
+    }
+    state.counters["host_us_per_call"] = total / static_cast<double>(i) * 1e6;
+    state.SetLabel("host time to enqueue one swap-in (CPU), not GPU time");
     return;
   }
 
@@ -337,6 +371,14 @@ bool register_swap_in() {
         c.part = part;
         register_case(case_name("swap_in_part", c) + fmt::format("/part:{}", part_name(part)), c);
       }
+  // What a swap-in call costs the host: the launcher (an uncaptured decode step's per-layer call)
+  // against one graph launch.
+  for (int batch : {1, 64})
+    for (Part part : {Part::host_launch, Part::host_graph}) {
+      SwapInCase c{16, batch, 4096, 656, 0.001};
+      c.part = part;
+      register_case(case_name("swap_in_enqueue", c) + fmt::format("/part:{}", part_name(part)), c);
+    }
   // Where the resolve's time goes at few misses: without the L2 flush, on the short-sequence
   // path (no hash, no tables) and on padding rows only (launch, first loads, -1 writes).
   using Path = SwapInCase::Path;
