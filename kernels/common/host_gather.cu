@@ -4,6 +4,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "kernels/common/dynamic_shared.hpp"
 #include "kernels/common/host_gather_config.hpp"
 
 namespace hisparse::kernels {
@@ -146,8 +147,7 @@ void launch_host_gather(const HostGatherArgs& args, HostReadMethod method, int b
                     std::to_string(cfg::kBulkStages) + " slots in shared memory",
                 "use sm_loads for rows this large");
   const std::size_t shared = cfg::bulk_shared_bytes(lanes, args.row_bytes);
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
-      gather_bulk_async, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  allow_dynamic_shared(gather_bulk_async, shared);
   gather_bulk_async<<<static_cast<unsigned>(blocks), 32, shared, stream>>>(args, lanes);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/dynamic_shared.hpp"
 #include "kernels/common/shared_layout.hpp"
 #include "kernels/fathom/depth_plan_warp.cuh"
 #include "kernels/fathom/plane_scan_config.hpp"
@@ -1238,8 +1239,7 @@ int plane_scan_resident_blocks(const PlaneScanArgs& args, const PlaneScanWorkspa
   check_scan_variant(ws.variant, "fathom scan: workspace variant");
   const ScanSharedPlan scan = plan_scan_shared(args, ws);
   const ScanKernel kernel = scan_kernel_for(args, ws.variant, ws.staging.enabled());
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(scan.total)));
+  allow_dynamic_shared(kernel, scan.total);
   int blocks = 0;
   HISPARSE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &blocks, kernel, scan.threads, static_cast<std::size_t>(scan.total)));
@@ -1268,13 +1268,9 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
                     " KB of shared memory",
                 "lower top_k");
   const ScanKernel kernel = scan_kernel_for(args, ws.variant, ws.staging.enabled());
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(scan.total)));
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
-      finalize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fin.total)));
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(merge_heads_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(merge.total)));
+  allow_dynamic_shared(kernel, scan.total);
+  allow_dynamic_shared(finalize_kernel, fin.total);
+  allow_dynamic_shared(merge_heads_kernel, merge.total);
   dim3 grid(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(args.streams));
   if (ws.staging.enabled()) {
     check_staging(args, ws);
@@ -1312,8 +1308,7 @@ void launch_plane_scan_select(const PlaneScanArgs& args, const PlaneScanWorkspac
     again.candidates = ws.rescan_candidates;
     again.candidate_counts = ws.rescan_counts;
     const ScanKernel rescan = scan_kernel_for(args, ws.variant, false, true);
-    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(rescan, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(scan.total)));
+    allow_dynamic_shared(rescan, scan.total);
     rescan<<<grid, static_cast<unsigned>(scan.threads), static_cast<std::size_t>(scan.total),
              stream>>>(unseeded, again, scan);
     HISPARSE_CUDA_CHECK_LAUNCH();

@@ -7,6 +7,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "kernels/common/dynamic_shared.hpp"
 #include "kernels/fathom/plane_stage.cuh"
 
 namespace hisparse::kernels::fathom {
@@ -51,8 +52,7 @@ void launch_plane_stage(const PlaneScanArgs& a, const PlaneScanWorkspace& ws, cu
   if (!st.enabled() || a.streams == 0) return;
   check_staging(a, ws);
   const auto shared = static_cast<std::size_t>(stage_copy_shared_bytes(a, st));
-  HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
-      stage_copy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  allow_dynamic_shared(stage_copy_kernel, shared);
   reset_staging(a, ws, stream);
   stage_copy_kernel<<<static_cast<unsigned>(st.copy_blocks), kStageThreads, shared, stream>>>(
       a, st, ws.chunks, ws.tile_blocks);

@@ -26,14 +26,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "core/cuda_check.hpp"
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/dynamic_shared.hpp"
 #include "kernels/common/global_timer.cuh"
 #include "kernels/hotcache/swap_in.hpp"
 #include "kernels/hotcache/swap_in_config.hpp"
@@ -1653,14 +1652,6 @@ int compact_slots(const SwapInArgs& a, const ResolveShape& shape) {
 }
 }  // namespace
 
-namespace {
-// The dynamic shared memory every resolve instance has been allowed so far, per device. The
-// launcher calls configure_swap_in on every uncaptured call; querying the 12 instances'
-// attributes each time would cost host time on every layer's swap-in.
-std::mutex configured_mutex;
-std::map<int, std::size_t> configured_bytes;
-}  // namespace
-
 void configure_swap_in(int top_k, int hot) {
   // Enough for either resolve path, so a graph captured later may use both.
   SwapInArgs probe;
@@ -1673,20 +1664,8 @@ void configure_swap_in(int top_k, int hot) {
   // for the old-token array of the residency bitmap.
   needed = std::min<std::size_t>(needed + cfg::kResolveFetchBytes + old_token_bytes(hot),
                                  cfg::kMaxResolveSharedBytes);
-  int device = 0;
-  HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(configured_mutex);
-  std::size_t& configured = configured_bytes[device];
-  if (needed <= configured) return;
   for (const auto& by_slots : kResolveKernels)
-    for (const ResolveKernel kernel : by_slots) {
-      cudaFuncAttributes attributes{};
-      HISPARSE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-      if (attributes.maxDynamicSharedSizeBytes < static_cast<int>(needed))
-        HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(needed)));
-    }
-  configured = needed;
+    for (const ResolveKernel kernel : by_slots) allow_dynamic_shared(kernel, needed);
 }
 
 namespace {

@@ -163,9 +163,8 @@ inline constexpr int kSwapInBuckets = 1 << kLog2SwapInBuckets;
 #if HISPARSE_WITH_CUDA
 /// Sets the resolve kernel's dynamic shared-memory limit for (top_k, hot) on the current device.
 /// Call once outside stream capture before the first launch (the launcher also calls it when not
-/// capturing). A repeated call that needs no more than an earlier one on the device returns
-/// without a CUDA call besides cudaGetDevice (the limits are remembered per device, so after a
-/// cudaDeviceReset they would be stale; the project never resets a device).
+/// capturing). A repeated call that needs no more than an earlier one on the device makes no
+/// driver call (allow_dynamic_shared).
 void configure_swap_in(int top_k, int hot);
 /// Resolve kernel (one block per batch row) then copy kernel (rows of the plan spread over many
 /// blocks, each chunk within one request's host region). Capturable in a CUDA graph.

@@ -703,18 +703,24 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
 #endif
 }
 
+// Two batch rows of three requests, 656-B rows, long enough sequences for every step to miss.
+Shape two_rows(int top_k, int hot) {
+  Shape s;
+  s.requests = 3;
+  s.batch = 2;
+  s.top_k = top_k;
+  s.hot = hot;
+  s.row_bytes = s.row_stride = 656;
+  s.capacity = hot + 3 * top_k + 64;
+  return s;
+}
+
 TEST(HotcacheSwapInGpu, SelectionsAndHotBuffersWiderThanOneTileMatchTheTwin) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
   // The resolve kernel works in tiles of 4096 entries (1024 threads x 4): top_k 4100 and hot 9000
   // take two and three tiles, with partial last tiles.
-  Shape s;
-  s.requests = 3;
-  s.batch = 2;
-  s.top_k = 4100;
-  s.hot = 9000;
-  s.row_bytes = s.row_stride = 656;
-  s.capacity = s.hot + 3 * s.top_k + 64;
+  Shape s = two_rows(4100, 9000);
   for (int sort : {0, 1}) {
     s.sort_misses_from = sort;
     Harness h(s, 31 + static_cast<std::uint64_t>(sort));
@@ -768,6 +774,37 @@ TEST(HotcacheSwapInGpu, GroupedPlanWalksTheHostRegionInAddressBuckets) {
 #endif
 }
 
+#if HISPARSE_WITH_CUDA
+// Captures one swap-in of h's shape in a CUDA graph and replays it `steps` times, with new
+// selections, lengths and numbers of real requests written in place at fixed device addresses,
+// each replay against the twin. The launcher does not configure the kernels while capturing:
+// the caller has.
+void capture_and_replay(Harness& h, Rng& rng, int steps, const std::string& label) {
+  Stream stream(Backend::cuda);
+  const int batch = h.shape().batch;
+  h.make_step(batch);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
+  kernels::launch_swap_in(h.args(true), stream.native());
+  HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
+  HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int step = 0; step < steps; ++step) {
+    const int real =
+        step % 5 == 4 ? static_cast<int>(rng.below(static_cast<std::uint64_t>(batch) + 1)) : batch;
+    h.make_step(real);
+    h.upload_inputs();
+    HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec, stream.native()));
+    stream.synchronize();
+    h.run_twin();
+    h.expect_equal(label + " step " + std::to_string(step));
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+#endif
+
 TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
@@ -776,34 +813,27 @@ TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
     Shape s = random_shape(rng);
     s.resolve = kPaths[config % std::size(kPaths)];
     Harness h(s, 500 + static_cast<std::uint64_t>(config));
-    Stream stream(Backend::cuda);
     kernels::configure_swap_in(s.top_k, s.hot);  // not allowed while capturing
-    // Inputs live at fixed device addresses; the graph is captured once and replayed every step
-    // with new selections, lengths and number of real requests written in place.
-    h.make_step(s.batch);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
-    kernels::launch_swap_in(h.args(true), stream.native());
-    HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
-    HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int step = 0; step < 25; ++step) {
-      const int real = step % 5 == 4
-                           ? static_cast<int>(rng.below(static_cast<std::uint64_t>(s.batch) + 1))
-                           : s.batch;
-      h.make_step(real);
-      h.upload_inputs();
-      HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec, stream.native()));
-      stream.synchronize();
-      h.run_twin();
-      h.expect_equal("graph config " + std::to_string(config) + " step " + std::to_string(step));
-      if (HasFatalFailure()) break;
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    capture_and_replay(h, rng, 25, "graph config " + std::to_string(config));
     if (HasFatalFailure()) return;
     EXPECT_TRUE(h.pool_unchanged());
   }
+#endif
+}
+
+TEST(HotcacheSwapInGpu, ConfiguringASmallerShapeKeepsTheLargerSharedMemoryLimit) {
+  HISPARSE_REQUIRE_GPU();
+#if HISPARSE_WITH_CUDA
+  // The kernels' limits are remembered per device and never lowered (allow_dynamic_shared): a
+  // graph captured for top_k 2048 / hot 8192 still launches after a small shape was configured.
+  const Shape s = two_rows(2048, 8192);
+  Harness h(s, 77);
+  kernels::configure_swap_in(s.top_k, s.hot);
+  kernels::configure_swap_in(16, 32);
+  Rng rng(78);
+  capture_and_replay(h, rng, 6, "after a smaller configure");
+  if (HasFatalFailure()) return;
+  EXPECT_TRUE(h.pool_unchanged());
 #endif
 }
 
