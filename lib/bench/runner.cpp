@@ -29,8 +29,8 @@ Error Runner::nothing_fits(const CapacityModel& capacity, Mode mode, const Capac
   const std::string where =
       fmt::format("{} {} at context {}", model, name_of(mode), q.context_length);
   const std::int64_t longest = capacity.longest_context(mode, q);
-  const bool by_host = q.host_mem_bytes > 0 && longest > 0 &&
-                       static_cast<double>(footprint.host_bytes) > q.host_mem_bytes;
+  const bool by_host =
+      q.host_mem_bytes > 0 && static_cast<double>(footprint.host_bytes) > q.host_mem_bytes;
   const std::string problem =
       by_host ? fmt::format(
                     "not one request fits: {} per request in host memory against a "

@@ -117,6 +117,25 @@ TEST(BenchRunner, NothingFitsNamesTheLongestContextThatDoes) {
   }
 }
 
+TEST(BenchRunner, NothingFitsNamesTheHostBudgetWhenThatIsWhatBinds) {
+  // A pinned host budget of 1000 B holds the host rows (512 B per token) of one token only.
+  const ModelSpec model = load_model("tiny-gqa");
+  const Runner runner(Backend::cpu, MemoryBudget{1e12, 1000, "test budget"});
+  EngineConfig hs = small_config(1);
+  hs.mode = Mode::hisparse;
+  try {
+    (void)runner.run(model, hs, 0, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.problem(),
+              "not one request fits: 32.00 KiB per request in host memory against a host budget "
+              "of 1000 B");
+    EXPECT_EQ(e.fix(),
+              "lower context_length to 1 or less (the longest at which one hisparse "
+              "request fits)");
+  }
+}
+
 EngineConfig hisparse_config(const std::string& policy, int hot) {
   EngineConfig c;
   c.mode = Mode::hisparse;
