@@ -385,6 +385,18 @@ Shape random_shape(Rng& rng) {
   return s;
 }
 
+// Two batch rows of three requests, 656-B rows, long enough sequences for every step to miss.
+Shape two_rows(int top_k, int hot) {
+  Shape s;
+  s.requests = 3;
+  s.batch = 2;
+  s.top_k = top_k;
+  s.hot = hot;
+  s.row_bytes = s.row_stride = 656;
+  s.capacity = hot + 3 * top_k + 64;
+  return s;
+}
+
 void run_steps(Harness& h, int steps, const std::string& label, bool scramble_hint = false) {
   Stream stream(Backend::cuda);
   for (int step = 0; step < steps; ++step) {
@@ -402,6 +414,35 @@ void run_steps(Harness& h, int steps, const std::string& label, bool scramble_hi
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_TRUE(h.pool_unchanged()) << "the swap-in wrote to the host pool";
+}
+
+// Captures one swap-in of h's shape in a CUDA graph and replays it `steps` times, with new
+// selections, lengths and numbers of real requests written in place at fixed device addresses,
+// each replay against the twin. The launcher does not configure the kernels while capturing:
+// the caller has.
+void capture_and_replay(Harness& h, Rng& rng, int steps, const std::string& label) {
+  Stream stream(Backend::cuda);
+  const int batch = h.shape().batch;
+  h.make_step(batch);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
+  kernels::launch_swap_in(h.args(true), stream.native());
+  HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
+  HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int step = 0; step < steps; ++step) {
+    const int real =
+        step % 5 == 4 ? static_cast<int>(rng.below(static_cast<std::uint64_t>(batch) + 1)) : batch;
+    h.make_step(real);
+    h.upload_inputs();
+    HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec, stream.native()));
+    stream.synchronize();
+    h.run_twin();
+    h.expect_equal(label + " step " + std::to_string(step));
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 #endif
 
@@ -703,18 +744,6 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
 #endif
 }
 
-// Two batch rows of three requests, 656-B rows, long enough sequences for every step to miss.
-Shape two_rows(int top_k, int hot) {
-  Shape s;
-  s.requests = 3;
-  s.batch = 2;
-  s.top_k = top_k;
-  s.hot = hot;
-  s.row_bytes = s.row_stride = 656;
-  s.capacity = hot + 3 * top_k + 64;
-  return s;
-}
-
 TEST(HotcacheSwapInGpu, SelectionsAndHotBuffersWiderThanOneTileMatchTheTwin) {
   HISPARSE_REQUIRE_GPU();
 #if HISPARSE_WITH_CUDA
@@ -773,37 +802,6 @@ TEST(HotcacheSwapInGpu, GroupedPlanWalksTheHostRegionInAddressBuckets) {
   EXPECT_GT(grouped_rows, 0) << "no row had enough misses to check the grouping";
 #endif
 }
-
-#if HISPARSE_WITH_CUDA
-// Captures one swap-in of h's shape in a CUDA graph and replays it `steps` times, with new
-// selections, lengths and numbers of real requests written in place at fixed device addresses,
-// each replay against the twin. The launcher does not configure the kernels while capturing:
-// the caller has.
-void capture_and_replay(Harness& h, Rng& rng, int steps, const std::string& label) {
-  Stream stream(Backend::cuda);
-  const int batch = h.shape().batch;
-  h.make_step(batch);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
-  kernels::launch_swap_in(h.args(true), stream.native());
-  HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
-  HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int step = 0; step < steps; ++step) {
-    const int real =
-        step % 5 == 4 ? static_cast<int>(rng.below(static_cast<std::uint64_t>(batch) + 1)) : batch;
-    h.make_step(real);
-    h.upload_inputs();
-    HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec, stream.native()));
-    stream.synchronize();
-    h.run_twin();
-    h.expect_equal(label + " step " + std::to_string(step));
-    if (::testing::Test::HasFatalFailure()) break;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-}
-#endif
 
 TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
   HISPARSE_REQUIRE_GPU();
