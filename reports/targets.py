@@ -89,8 +89,10 @@ def load(paths, sources):
     for path in paths:
         data = read_json(path)
         c = data.get("context", {})
+        resolve = c.get("hisparse_swap_in_resolve")  # HISPARSE_MICROBENCH_RESOLVE, when set
         sources.append(f"{path}: {c.get('hisparse_device', 'device not recorded')}, "
-                       f"git {short_revision(c.get('hisparse_git_revision', 'unknown'))}, {c.get('date', '')}")
+                       f"git {short_revision(c.get('hisparse_git_revision', 'unknown'))}, {c.get('date', '')}"
+                       + (f", swap-in resolve {resolve.split(' ')[0]}" if resolve else ""))
         for b in data.get("benchmarks", []):
             if not b.get("error_occurred"):
                 runs[b["name"]] = b

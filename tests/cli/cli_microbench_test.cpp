@@ -1,6 +1,7 @@
 // hisparse-microbench's provenance (the device, versions and revision every JSON output records),
 // .ci/bench-compare, the gate that compares two sets of microbenchmark runs, and
 // reports/grid_tables.py, which pivots a sweep into a table.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -86,6 +87,35 @@ TEST(CliMicrobench, CodeFetchFamiliesPairEveryCaseWithItsCodeEvictedTwin) {
   EXPECT_EQ(count(enqueue, "\n"), 4) << enqueue;
   EXPECT_EQ(count(enqueue, "/part:host_launch/"), 2) << enqueue;
   EXPECT_EQ(count(enqueue, "/part:host_graph/"), 2) << enqueue;
+#endif
+}
+
+TEST(CliMicrobench, ResolvePathOverrideIsRecordedAndABadNameIsRefused) {
+#ifndef HISPARSE_MICROBENCH_EXE
+  GTEST_SKIP() << "SKIPPED: hisparse-microbench is not built (HISPARSE_BUILD_BENCH is off)";
+#else
+  // HISPARSE_MICROBENCH_RESOLVE sets the resolve path of the swap-in cases without a path key,
+  // so the targets can run on another path without a rebuild; the run's context says so.
+  TempDir dir;
+  fs::create_directories(dir.path);
+  const fs::path out = dir.path / "override.json";
+  const std::string run =
+      fmt::format("{} --benchmark_filter='^swap_in_enqueue/pool_gb:16/batch:1/.*host_graph'",
+                  HISPARSE_MICROBENCH_EXE);
+  const auto ok = run_command(
+      fmt::format("HISPARSE_MICROBENCH_ITERS=1 HISPARSE_MICROBENCH_RESOLVE=direct_compact {} "
+                  "--benchmark_out={} --benchmark_out_format=json",
+                  run, out.string()));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(read_json(out).at("context").at("hisparse_swap_in_resolve"),
+            "direct_compact (HISPARSE_MICROBENCH_RESOLVE, for the swap-in cases without a path "
+            "key)");
+  const auto bad = run_command(fmt::format("HISPARSE_MICROBENCH_RESOLVE=compact {}", run));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("error: HISPARSE_MICROBENCH_RESOLVE: unknown resolve path 'compact'; "
+                            "use one of direct, direct_compact, direct_general, hash, or unset it"),
+            std::string::npos)
+      << bad.output;
 #endif
 }
 

@@ -80,7 +80,9 @@ struct SwapInCase {
   /// Evict every SM's instruction caches before each call (CodeCacheEvictor), as other kernels'
   /// code would between two layers' swap-ins; false: a replay finds its code where the last left it.
   bool evict_code = false;
-  kernels::ResolvePath resolve = kernels::ResolvePath::direct;
+  /// The case's resolve path; unset: default_resolve() (the library default unless
+  /// HISPARSE_MICROBENCH_RESOLVE names another).
+  std::optional<kernels::ResolvePath> resolve = std::nullopt;
   bool fetch_in_resolve = true;  ///< MissPlan::fetched (the library default)
   bool early_handoff = true;     ///< MissPlan::ready (the library default)
   bool speculate = true;         ///< residency bitmap + MissPlan::entry_slot (the library default)
@@ -193,7 +195,7 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   a.sort_misses_from = c.sort_misses_from;
   if (c.copy_blocks_per_sm > 0) a.copy_blocks = c.copy_blocks_per_sm * sm_count();
   a.copy_rows_per_chunk = c.copy_rows_per_chunk;
-  a.resolve = c.resolve;
+  a.resolve = c.resolve.value_or(default_resolve());
   constexpr int kStamps = kernels::kSwapInPhaseStamps;
   auto d_stamps = Buffer<std::uint64_t>::device(2 * kStamps, Backend::cuda, "phase stamps");
   if (c.phases) a.phase_stamps = d_stamps.device_data();

@@ -6,11 +6,13 @@
 // Perfetto / Chrome-trace JSON timeline of their kernels, copies and NVTX ranges (keep the filter
 // narrow and HISPARSE_MICROBENCH_ITERS small: every launch becomes a record).
 // The JSON output's context records where the figures come from: the GPU (or that there is none),
-// its driver and runtime, the project version and the git revision (`hisparse_*` keys).
+// its driver and runtime, the project version and the git revision (`hisparse_*` keys), and
+// HISPARSE_MICROBENCH_RESOLVE when it sets the swap-in's resolve path.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -21,6 +23,7 @@
 #include "bench/result_set.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
+#include "microbench_util.hpp"
 #include "trace/nvtx.hpp"
 #include "trace/trace_file.hpp"
 
@@ -47,6 +50,12 @@ void add_provenance_context() {
   using namespace hisparse;
   benchmark::AddCustomContext("hisparse_version", HISPARSE_VERSION);
   benchmark::AddCustomContext("hisparse_git_revision", git_revision());
+  // Checked before any case runs, so that a bad name fails the run rather than every case.
+  if (const char* env = std::getenv("HISPARSE_MICROBENCH_RESOLVE"); env != nullptr && *env != '\0')
+    benchmark::AddCustomContext(
+        "hisparse_swap_in_resolve",
+        fmt::format("{} (HISPARSE_MICROBENCH_RESOLVE, for the swap-in cases without a path key)",
+                    kernels::resolve_path_name(microbench::default_resolve())));
   std::string why;
   if (!cuda_available(&why)) {
     benchmark::AddCustomContext("hisparse_backend", "none");

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,9 +21,11 @@
 #include "core/cuda_check.hpp"
 #include "core/device.hpp"
 #include "core/dtypes.hpp"
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
 #include "core/stream.hpp"
+#include "kernels/hotcache/swap_in.hpp"
 #include "launch_floor_probe.hpp"
 
 namespace hisparse::microbench {
@@ -50,6 +53,22 @@ void guarded(benchmark::State& state, const char* what, F&& body) {
 #else
 #define HISPARSE_GPU_ONLY(call) ((void)0)
 #endif
+
+/// The resolve path of the swap-in cases whose name does not give one (`path:` cases keep
+/// theirs): HISPARSE_MICROBENCH_RESOLVE, a ResolvePath name, or the library default (direct).
+/// So the targets can be measured on another path without a rebuild; the run's context records
+/// the override (hisparse_swap_in_resolve). Throws Error naming the variable for an unknown name.
+inline kernels::ResolvePath default_resolve() {
+  using kernels::ResolvePath;
+  const char* env = std::getenv("HISPARSE_MICROBENCH_RESOLVE");
+  if (env == nullptr || *env == '\0') return ResolvePath::direct;
+  constexpr ResolvePath kPaths[] = {ResolvePath::direct, ResolvePath::direct_compact,
+                                    ResolvePath::direct_general, ResolvePath::hash};
+  for (const ResolvePath path : kPaths)
+    if (std::string_view(env) == kernels::resolve_path_name(path)) return path;
+  throw Error("HISPARSE_MICROBENCH_RESOLVE", fmt::format("unknown resolve path '{}'", env),
+              "use one of direct, direct_compact, direct_general, hash, or unset it");
+}
 
 /// Iterations per benchmark: HISPARSE_MICROBENCH_ITERS (default 50). Each iteration is one timed
 /// call preceded by an untimed state reset and L2 flush.
