@@ -211,13 +211,14 @@ std::vector<CapacityRow> CapacityModel::plan(const CapacityQuery& q) const {
   return rows;
 }
 
-std::int64_t CapacityModel::longest_context(Mode mode, const CapacityQuery& q) const {
+std::int64_t CapacityModel::longest_context(Mode mode, const CapacityQuery& q,
+                                            std::int64_t requests) const {
   HISPARSE_FUNC_RANGE();
   // A request's bytes never shrink as its context grows, so the contexts that fit are a prefix.
   const auto fits = [&](std::int64_t context) {
     CapacityQuery at = q;
     at.context_length = context;
-    return row(mode, at).max_concurrency >= 1;
+    return row(mode, at).max_concurrency >= requests;
   };
   if (q.context_length < 1 || !fits(1)) return 0;
   std::int64_t lo = 1, hi = q.context_length;  // fits(lo); the answer is in [lo, hi]

@@ -60,9 +60,10 @@ class CapacityModel {
   /// One row per mode that applies to the model (fathom modes need GQA, sparse modes need an indexer
   /// or an exact top-k).
   [[nodiscard]] std::vector<CapacityRow> plan(const CapacityQuery& q) const;
-  /// The longest context_length, at most q.context_length, at which one request of `mode` fits
-  /// the query's budgets (what plan() checks); 0 when not even one token's request fits.
-  [[nodiscard]] std::int64_t longest_context(Mode mode, const CapacityQuery& q) const;
+  /// The longest context_length, at most q.context_length, at which `requests` requests of
+  /// `mode` fit the query's budgets (what plan() checks); 0 when not even one-token requests fit.
+  [[nodiscard]] std::int64_t longest_context(Mode mode, const CapacityQuery& q,
+                                             std::int64_t requests = 1) const;
 
  private:
   /// One mode's footprint and the concurrency the query's budgets admit.

@@ -83,6 +83,46 @@ TEST(CliCommands, PlanGlmMatchesHandArithmetic) {
   EXPECT_EQ(seen, 3) << r.output;
 }
 
+// --concurrency N: per mode, the longest context at which N requests fit. Dense by hand: each
+// token costs (1152 + 132) B x 78 layers = 100,152 B per request; hisparse at the boundary.
+TEST(CliCommands, PlanLongestContextForAConcurrency) {
+  const std::string glm = "plan --model glm-5.1-fp8-rank --gpu-mem-gib 141 --json ";
+  const auto r = run_bench(glm + "--concurrency 64");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["concurrency"], 64);
+  const double free_for_kv = j["gpu_mem_bytes"].get<double>() - j["weight_bytes"].get<double>() -
+                             j["activation_reserve_bytes"].get<double>();
+  std::int64_t hisparse = 0;
+  for (const auto& row : j["modes"]) {
+    if (row["mode"] == "dense") {
+      EXPECT_EQ(row["longest_context"].get<std::int64_t>(),
+                static_cast<std::int64_t>(std::floor(free_for_kv / (64.0 * 100152.0))));  // 5554
+    }
+    if (row["mode"] == "hisparse") hisparse = row["longest_context"].get<std::int64_t>();
+  }
+  ASSERT_GT(hisparse, 5554);
+  // At that context 64 hisparse requests fit, one token longer they do not.
+  const auto admitted = [&](std::int64_t context) {
+    const auto at = run_bench(glm + "--context " + std::to_string(context));
+    EXPECT_EQ(at.exit_code, 0) << at.output;
+    const auto plan = nlohmann::json::parse(at.output);  // alive for the loop (C++20 range-for)
+    for (const auto& row : plan["modes"])
+      if (row["mode"] == "hisparse") return row["max_concurrency"].get<std::int64_t>();
+    return std::int64_t{-1};
+  };
+  EXPECT_GE(admitted(hisparse), 64);
+  EXPECT_LT(admitted(hisparse + 1), 64);
+  // Tiny models fit more than the search covers: the table says so.
+  const auto tiny = run_bench("plan --model tiny-gqa");
+  EXPECT_NE(tiny.output.find(">= 1073741824"), std::string::npos) << tiny.output;
+  const auto bad = run_bench("plan --model tiny-gqa --concurrency 0");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.output,
+            "error: --concurrency: 0 is not a number of requests; use 1 or more, e.g. "
+            "--concurrency 64\n");
+}
+
 TEST(CliCommands, PlanTableShowsBytesPerMode) {
   const auto r = run_bench("plan --model glm-5.1-fp8-rank --context 131072 --gpu-mem-gib 141");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -126,6 +126,8 @@ TEST(CapacityModel, LongestContextIsTheLastOneThatFits) {
   q.activation_reserve_bytes = 4e9;
   q.gpu_mem_bytes = static_cast<double>(cap.weight_bytes()) + 4e9 + 512.0 * 1000 + 511;
   EXPECT_EQ(cap.longest_context(Mode::dense, q), 1000);
+  EXPECT_EQ(cap.longest_context(Mode::dense, q, 2), 500);  // two requests share the room
+  EXPECT_EQ(cap.longest_context(Mode::dense, q, 3), 333);
   q.context_length = 1000;
   EXPECT_EQ(cap.plan(q)[0].max_concurrency, 1);
   q.context_length = 1001;

@@ -363,6 +363,9 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
                 "use 0 (2 * top_k) up to 32768 slots");
   if (p.budget_bits < 0)
     throw Error("--budget-bits", "must not be negative", "use e.g. --budget-bits 48");
+  if (p.concurrency < 1)
+    throw Error("--concurrency", fmt::format("{} is not a number of requests", p.concurrency),
+                "use 1 or more, e.g. --concurrency 64");
   const ModelSpec model = load_model_named(p.model, "--model");
   CapacityQuery q;
   q.context_length = p.context;
@@ -374,6 +377,17 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
   const CapacityModel capacity(model);
   const auto rows = capacity.plan(q);
   const std::size_t weights = capacity.weight_bytes();
+  // The longest context at which --concurrency requests fit, searched up to 2^30 tokens.
+  constexpr std::int64_t kLongestSearched = std::int64_t{1} << 30;
+  CapacityQuery longest_query = q;
+  longest_query.context_length = kLongestSearched;
+  const auto longest = [&](Mode mode) {
+    return capacity.longest_context(mode, longest_query, p.concurrency);
+  };
+  const auto longest_text = [&](std::int64_t tokens) {
+    return tokens >= kLongestSearched ? fmt::format(">= {}", kLongestSearched)
+                                      : std::to_string(tokens);
+  };
 
   nlohmann::json j{{"model", model.name},
                    {"context_length", q.context_length},
@@ -381,6 +395,8 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
                    {"host_mem_bytes", q.host_mem_bytes},
                    {"weight_bytes", weights},
                    {"activation_reserve_bytes", q.activation_reserve_bytes},
+                   {"concurrency", p.concurrency},
+                   {"longest_context_searched", kLongestSearched},
                    {"modes", nlohmann::json::array()}};
   for (const auto& r : rows)
     j["modes"].push_back({{"mode", std::string(name_of(r.footprint.mode))},
@@ -388,6 +404,7 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
                           {"host_bytes_per_request", r.footprint.host_bytes},
                           {"max_concurrency", r.max_concurrency},
                           {"limited_by", r.limited_by},
+                          {"longest_context", longest(r.footprint.mode)},
                           {"gpu_breakdown", r.footprint.gpu_breakdown},
                           {"host_breakdown", r.footprint.host_breakdown}});
   if (o.json) {
@@ -401,13 +418,14 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
       q.gpu_mem_bytes, format_bytes(weights), weights, q.activation_reserve_bytes,
       q.host_mem_bytes > 0 ? format_bytes(static_cast<std::size_t>(q.host_mem_bytes))
                            : std::string("unlimited"));
-  fmt::print("{:<16} {:>24} {:>24} {:>16} {:>10}\n", "mode", "GPU bytes/request",
-             "host bytes/request", "max concurrency", "limited by");
+  fmt::print("{:<16} {:>24} {:>24} {:>16} {:>10} {:>24}\n", "mode", "GPU bytes/request",
+             "host bytes/request", "max concurrency", "limited by",
+             fmt::format("longest context at {}", p.concurrency));
   for (const auto& r : rows)
-    fmt::print("{:<16} {:>24} {:>24} {:>16} {:>10}\n", name_of(r.footprint.mode),
+    fmt::print("{:<16} {:>24} {:>24} {:>16} {:>10} {:>24}\n", name_of(r.footprint.mode),
                fmt::format("{} ({})", r.footprint.gpu_bytes, format_bytes(r.footprint.gpu_bytes)),
                fmt::format("{} ({})", r.footprint.host_bytes, format_bytes(r.footprint.host_bytes)),
-               r.max_concurrency, r.limited_by);
+               r.max_concurrency, r.limited_by, longest_text(longest(r.footprint.mode)));
   return exit_code::ok;
 }
 

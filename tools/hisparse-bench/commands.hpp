@@ -27,6 +27,7 @@ struct PlanOptions {
   int hot_buffer = 0;
   int budget_bits = 48;
   double host_mem_gib = 0.0;
+  std::int64_t concurrency = 1;  ///< requests for the longest-context column
 };
 
 /// `quality`: the Fathom quality study (CPU, synthetic keys).

@@ -172,6 +172,9 @@ int run_cli(int argc, char** argv) {
   plan->add_option("--budget-bits", plan_opts.budget_bits, "Fathom bit budget (default 48)");
   plan->add_option("--host-mem-gib", plan_opts.host_mem_gib,
                    "Pinned host memory budget in GiB (default 0: unlimited)");
+  plan->add_option("--concurrency", plan_opts.concurrency,
+                   "Requests for the 'longest context' column: the longest context at which this "
+                   "many requests of each mode fit (default 1)");
   add_json(plan);
   plan->footer(kFooter);
 
