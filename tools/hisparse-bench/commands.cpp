@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "bench/ceilings.hpp"
 #include "bench/result_set.hpp"
@@ -381,9 +382,9 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
   constexpr std::int64_t kLongestSearched = std::int64_t{1} << 30;
   CapacityQuery longest_query = q;
   longest_query.context_length = kLongestSearched;
-  const auto longest = [&](Mode mode) {
-    return capacity.longest_context(mode, longest_query, p.concurrency);
-  };
+  std::vector<std::int64_t> longest;
+  for (const auto& r : rows)
+    longest.push_back(capacity.longest_context(r.footprint.mode, longest_query, p.concurrency));
   const auto longest_text = [&](std::int64_t tokens) {
     return tokens >= kLongestSearched ? fmt::format(">= {}", kLongestSearched)
                                       : std::to_string(tokens);
@@ -398,15 +399,17 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
                    {"concurrency", p.concurrency},
                    {"longest_context_searched", kLongestSearched},
                    {"modes", nlohmann::json::array()}};
-  for (const auto& r : rows)
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const CapacityRow& r = rows[i];
     j["modes"].push_back({{"mode", std::string(name_of(r.footprint.mode))},
                           {"gpu_bytes_per_request", r.footprint.gpu_bytes},
                           {"host_bytes_per_request", r.footprint.host_bytes},
                           {"max_concurrency", r.max_concurrency},
                           {"limited_by", r.limited_by},
-                          {"longest_context", longest(r.footprint.mode)},
+                          {"longest_context", longest[i]},
                           {"gpu_breakdown", r.footprint.gpu_breakdown},
                           {"host_breakdown", r.footprint.host_breakdown}});
+  }
   if (o.json) {
     print_json(j);
     return exit_code::ok;
@@ -421,11 +424,13 @@ int plan_command(const PlanOptions& p, const CommonOptions& o) {
   fmt::print("{:<16} {:>24} {:>24} {:>16} {:>10} {:>24}\n", "mode", "GPU bytes/request",
              "host bytes/request", "max concurrency", "limited by",
              fmt::format("longest context at {}", p.concurrency));
-  for (const auto& r : rows)
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const CapacityRow& r = rows[i];
     fmt::print("{:<16} {:>24} {:>24} {:>16} {:>10} {:>24}\n", name_of(r.footprint.mode),
                fmt::format("{} ({})", r.footprint.gpu_bytes, format_bytes(r.footprint.gpu_bytes)),
                fmt::format("{} ({})", r.footprint.host_bytes, format_bytes(r.footprint.host_bytes)),
-               r.max_concurrency, r.limited_by, longest_text(longest(r.footprint.mode)));
+               r.max_concurrency, r.limited_by, longest_text(longest[i]));
+  }
   return exit_code::ok;
 }
 
