@@ -103,6 +103,34 @@ std::string selection_table(const json& results, const std::string& mode) {
          rows + "\n";
 }
 
+/// Per point of `mode` with a hot buffer: the miss rate of the replacement policy its recorded
+/// selections were replayed under, beside Belady's offline optimum. Empty when no point has one.
+std::string policy_table(const json& results, const std::string& mode) {
+  std::string rows;
+  for (const auto& p : at(results, "points")) {
+    const json& c = at(p, "config");
+    const json& m = at(p, "metrics");
+    if (cell(at(c, "mode")) != mode || cell(at(p, "status")) != "ok") continue;
+    const json& rate = at(m, "policy_miss_rate");
+    if (!rate.is_number()) continue;
+    const json& optimum = at(m, "optimal_miss_rate");
+    rows +=
+        fmt::format("| {} | {} | {} | {} | {} | {} | {:.2f}% | {} | {} |\n",
+                    source_prefix(results, p) + cell(at(c, "model")), cell(at(c, "concurrency")),
+                    cell(at(c, "context_length")), cell(at(c, "top_k")), cell(at(c, "hot_buffer")),
+                    cell(at(m, "policy")), 100 * rate.get<double>(),
+                    optimum.is_number() ? fmt::format("{:.2f}%", 100 * optimum.get<double>()) : "-",
+                    cell(at(m, "policy_steps")));
+  }
+  if (rows.empty()) return rows;
+  return "Replacement policies (every selection the swap-in resolved, replayed under the point's "
+         "policy, with Belady's offline optimum beside it; the swap-in itself runs LRU):\n\n"
+         "| model | concurrency | context | top_k | hot | policy | miss rate | Belady optimum | "
+         "steps |\n"
+         "|---|---:|---:|---:|---:|---|---:|---:|---:|\n" +
+         rows + "\n";
+}
+
 }  // namespace
 
 std::string data_description(const json& synthetic) {
@@ -261,6 +289,7 @@ std::string results_markdown(const json& results) {
     }
     out += "\n";
     out += selection_table(results, mode);
+    out += policy_table(results, mode);
   }
   if (modes.empty()) out += "No points recorded yet.\n";
   return out;

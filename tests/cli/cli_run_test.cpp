@@ -135,18 +135,25 @@ TEST(CliRun, HumanOutputIsATableNamingCpuTimings) {
   EXPECT_NE(r.output.find("CPU wall-clock timings"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[1/3] tiny-gqa dense concurrency=1 context=128: "), std::string::npos)
       << r.output;
-  // The last two columns: the hit rate of the hot-buffer points and the bits per token of the
-  // Fathom points, as in results.json; "-" where a point has none.
-  EXPECT_NE(r.output.find("step ms  hit rate  bits/tok\n"), std::string::npos) << r.output;
+  // The last columns: the hit rate of the hot-buffer points and the bits per token of the
+  // Fathom points, then (as a hot-buffer mode ran) each hot-buffer point's slots and the miss
+  // rate of its replacement-policy replay, as in results.json; "-" where a point has none.
+  EXPECT_NE(r.output.find("step ms  hit rate  bits/tok    hot      policy miss\n"),
+            std::string::npos)
+      << r.output;
   const auto points = read_json(out.path / "results.json")["points"];
   ASSERT_EQ(points.size(), 3u);
   const auto& hisparse = points[1]["metrics"];
   const auto& fathom = points[2]["metrics"];
-  ASSERT_TRUE(hisparse["hit_rate"].is_number() && fathom["bits_per_token"].is_number());
+  ASSERT_TRUE(hisparse["hit_rate"].is_number() && fathom["bits_per_token"].is_number() &&
+              hisparse["policy_miss_rate"].is_number());
   const std::vector<std::string> tails{
-      "         -         -\n",
-      fmt::format("{:>9.3f}         -\n", hisparse["hit_rate"].get<double>()),
-      fmt::format("        - {:>9.1f}\n", fathom["bits_per_token"].get<double>())};
+      "         -         -      -                -\n",
+      fmt::format("{:>9.3f}         - {:>6} {:>16}\n", hisparse["hit_rate"].get<double>(),
+                  points[1]["config"]["hot_buffer"].get<int>(),
+                  fmt::format("lru {:.2f}%", 100 * hisparse["policy_miss_rate"].get<double>())),
+      fmt::format("        - {:>9.1f}      -                -\n",
+                  fathom["bits_per_token"].get<double>())};
   for (std::size_t i = 0; i < tails.size(); ++i) {
     const auto row = r.output.find(fmt::format("{:>5}  tiny-gqa", i));
     ASSERT_NE(row, std::string::npos) << r.output;

@@ -177,6 +177,30 @@ TEST(ReportResults, MarkdownListsWhatEachSelectionReadAndHowGoodItWas) {
       << csv;
 }
 
+TEST(ReportResults, MarkdownListsEachReplacementPolicyBesideTheOptimum) {
+  ResultSet set = make_set(2);
+  set.add(ok_point(0, 4, 2.0));  // sparse-gpu: no hot buffer, no policy table for its mode
+  PointRecord fifo = ok_point(1, 2, 2.0);
+  fifo.point.config.mode = Mode::hisparse;
+  fifo.point.config.policy = "fifo";
+  fifo.metrics.policy = "fifo";
+  fifo.metrics.policy_miss_rate = 0.115072;
+  fifo.metrics.optimal_miss_rate = 0.0914714;
+  fifo.metrics.policy_steps = 32;
+  set.add(fifo);
+  const std::string md = results_markdown(set.to_json());
+  const auto hisparse = md.find("## mode: hisparse");
+  ASSERT_NE(hisparse, std::string::npos) << md;
+  EXPECT_EQ(md.substr(0, hisparse).find("Replacement policies"), std::string::npos) << md;
+  EXPECT_NE(md.find("| model | concurrency | context | top_k | hot | policy | miss rate | Belady "
+                    "optimum | steps |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| tiny-dsa | 2 | 2048 | 64 | 128 | fifo | 11.51% | 9.15% | 32 |"),
+            std::string::npos)
+      << md;
+}
+
 TEST(ReportResults, WriteKeepsEarlierPointsAfterEveryAdd) {
   TempDir tmp;
   ResultSet set = make_set(3);

@@ -232,20 +232,32 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const T
         return std::string("-");
       return fmt::format(fmt::runtime(format), (*m)[key].get<double>());
     };
-    fmt::print("{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}\n", "point",
+    // Hot-buffer modes: the hot buffer's slots, and the policy the recorded selections were
+    // replayed under with the miss rate it gave; columns of their own when some point has them.
+    const auto hot_and_policy = [&](const nlohmann::json& p) {
+      if (metric(p, "policy_miss_rate", "{}") == "-") return fmt::format(" {:>6} {:>16}", "-", "-");
+      return fmt::format(" {:>6} {:>16}", p["config"]["hot_buffer"].get<int>(),
+                         fmt::format("{} {:.2f}%", p["metrics"]["policy"].get<std::string>(),
+                                     100 * p["metrics"]["policy_miss_rate"].get<double>()));
+    };
+    bool policies = false;
+    for (const auto& p : j["points"])
+      policies = policies || metric(p, "policy_miss_rate", "{}") != "-";
+    fmt::print("{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}{}\n", "point",
                "model", "mode", "concurrency", "context", "status", "tok/s", "step ms", "hit rate",
-               "bits/tok");
+               "bits/tok", policies ? fmt::format(" {:>6} {:>16}", "hot", "policy miss") : "");
     for (const auto& p : j["points"]) {
       const nlohmann::json& c = p["config"];
       const bool ok = p["status"] == "ok";
       fmt::print(
-          "{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}\n",
+          "{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}{}\n",
           p["index"].get<int>(), c["model"].get<std::string>(), c["mode"].get<std::string>(),
           c["concurrency"].get<int>(), c["context_length"].get<std::int64_t>(),
           p["status"].get<std::string>(),
           ok ? fmt::format("{:.1f}", p["metrics"]["output_tokens_per_s"].get<double>()) : "-",
           ok ? fmt::format("{:.3f}", p["metrics"]["step_ms"]["median"].get<double>()) : "-",
-          metric(p, "hit_rate", "{:.3f}"), metric(p, "bits_per_token", "{:.1f}"));
+          metric(p, "hit_rate", "{:.3f}"), metric(p, "bits_per_token", "{:.1f}"),
+          policies ? hot_and_policy(p) : "");
     }
     fmt::print("{} timings ({}); results written to {}\n",
                backend == Backend::cpu ? "CPU wall-clock" : "GPU", props.name, out.string());
