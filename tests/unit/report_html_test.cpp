@@ -155,6 +155,35 @@ TEST(ReportHtml, AllFiveFiguresWhenTheFieldsExist) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
 }
 
+TEST(ReportHtml, APolicyAxisPlotsEachPolicysReplayBesideTheOptimum) {
+  // The swap-in runs LRU for every point, so its measured hit rate (0.8) is the same for both
+  // policies; the figure plots each policy's replay and Belady's optimum instead.
+  std::vector<json> pts;
+  for (int hot : {64, 128})
+    for (const char* policy : {"lru", "fifo"}) {
+      const double miss = std::string(policy) == "lru" ? 0.125 : 0.25;
+      pts.push_back(point(static_cast<int>(pts.size()), "hisparse", 2, 100.0,
+                          {{"hit_rate", 0.8},
+                           {"policy_miss_rate", miss * 64 / hot},
+                           {"optimal_miss_rate", 0.0625 * 64 / hot},
+                           {"config", {{"hot_buffer", hot}, {"policy", policy}}}}));
+    }
+  const std::string html = html_report(results(pts));
+  EXPECT_NE(html.find(">Hit rate of each replacement policy vs hot-buffer size</text>"),
+            std::string::npos)
+      << html;
+  for (const char* series : {">policy=lru</text>", ">policy=fifo</text>", ">Belady optimum</text>"})
+    EXPECT_EQ(count(html, series), 1u) << series;
+  // fifo at hot 64 misses 25%: its point sits at 75%; the optimum's at 93.75% and 96.875%.
+  const std::string axes = ": hot buffer (slots per request and layer) = ";
+  EXPECT_NE(html.find("<title>policy=fifo" + axes + "64, hit rate (%) = 75</title>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<title>Belady optimum" + axes + "128, hit rate (%) = 96.88</title>"),
+            std::string::npos)
+      << html;
+}
+
 TEST(ReportHtml, AbsentFieldsBecomeNotes) {
   json p = point(0, "dense", 1, 10);
   p["metrics"].erase("phase_ms");
