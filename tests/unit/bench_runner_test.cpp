@@ -63,21 +63,34 @@ TEST(BenchRunner, AdmitsWhatFitsAndQueuesTheRest) {
   EXPECT_EQ(m.planned_gpu_bytes_per_request, per_request);
 }
 
+// The Error a run that cannot admit one request throws; a test failure when it throws none.
+Error admission_error(const Runner& runner, const ModelSpec& model, const EngineConfig& config) {
+  try {
+    (void)runner.run(model, config, 0, 1);
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error";
+  return Error("", "");
+}
+
+EngineConfig small_hisparse_config() {
+  EngineConfig c = small_config(1);
+  c.mode = Mode::hisparse;
+  return c;
+}
+
 TEST(BenchRunner, NothingFitsIsAnError) {
   const ModelSpec model = load_model("tiny-gqa");
   const Runner runner(Backend::cpu, MemoryBudget{1.0, 0, "a one-byte budget"});
-  try {
-    (void)runner.run(model, small_config(1), 0, 1);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.where(), "tiny-gqa dense at context 64");
-    EXPECT_NE(e.problem().find("not one request fits"), std::string::npos) << e.what();
-    EXPECT_NE(e.problem().find("a one-byte budget"), std::string::npos) << e.what();
-    EXPECT_EQ(e.fix(),
-              "even a one-token request does not fit beside the weights and the activation "
-              "reserve; use a device with more memory, a smaller model, or a smaller hot_buffer "
-              "or top_k");
-  }
+  const Error e = admission_error(runner, model, small_config(1));
+  EXPECT_EQ(e.where(), "tiny-gqa dense at context 64");
+  EXPECT_NE(e.problem().find("not one request fits"), std::string::npos) << e.what();
+  EXPECT_NE(e.problem().find("a one-byte budget"), std::string::npos) << e.what();
+  EXPECT_EQ(e.fix(),
+            "even a one-token request does not fit beside the weights and the activation "
+            "reserve; use a device with more memory, a smaller model, or a smaller hot_buffer "
+            "or top_k");
 }
 
 TEST(BenchRunner, NothingFitsNamesTheLongestContextThatDoes) {
@@ -87,53 +100,34 @@ TEST(BenchRunner, NothingFitsNamesTheLongestContextThatDoes) {
   const double budget = static_cast<double>(capacity.weight_bytes()) +
                         CapacityQuery{}.activation_reserve_bytes + 512.0 * 40;
   const Runner runner(Backend::cpu, MemoryBudget{budget, 0, "test budget"});
-  try {
-    (void)runner.run(model, small_config(1), 0, 1);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.problem(),
-              "not one request fits: 32.00 KiB per request and 3.13 MiB of weights against test "
-              "budget");
-    // On the CPU backend hisparse would not help: its host rows share the same RAM.
-    EXPECT_EQ(e.fix(),
-              "lower context_length to 40 or less (the longest at which one dense "
-              "request fits)");
-  }
+  const Error dense = admission_error(runner, model, small_config(1));
+  EXPECT_EQ(dense.problem(),
+            "not one request fits: 32.00 KiB per request and 3.13 MiB of weights against test "
+            "budget");
+  // On the CPU backend hisparse would not help: its host rows share the same RAM.
+  EXPECT_EQ(dense.fix(),
+            "lower context_length to 40 or less (the longest at which one dense request fits)");
   // hisparse on the CPU backend counts its host rows too: 256 B of keys + 512 B of rows per
   // token, 16,896 B of hot buffer (33 slots x 256 B x 2 layers) and 512 + 8 ceil(L / 32) B of
   // tables, so 768 L + 8 ceil(L / 32) <= 3,072: L = 3.
-  EngineConfig hs = small_config(1);
-  hs.mode = Mode::hisparse;
-  try {
-    (void)runner.run(model, hs, 0, 1);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(e.problem().find("(its GPU and host bytes, both in RAM on the CPU backend)"),
-              std::string::npos)
-        << e.what();
-    EXPECT_EQ(e.fix(),
-              "lower context_length to 3 or less (the longest at which one hisparse "
-              "request fits)");
-  }
+  const Error hisparse = admission_error(runner, model, small_hisparse_config());
+  EXPECT_NE(hisparse.problem().find("(its GPU and host bytes, both in RAM on the CPU backend)"),
+            std::string::npos)
+      << hisparse.what();
+  EXPECT_EQ(hisparse.fix(),
+            "lower context_length to 3 or less (the longest at which one hisparse request fits)");
 }
 
 TEST(BenchRunner, NothingFitsNamesTheHostBudgetWhenThatIsWhatBinds) {
   // A pinned host budget of 1000 B holds the host rows (512 B per token) of one token only.
   const ModelSpec model = load_model("tiny-gqa");
   const Runner runner(Backend::cpu, MemoryBudget{1e12, 1000, "test budget"});
-  EngineConfig hs = small_config(1);
-  hs.mode = Mode::hisparse;
-  try {
-    (void)runner.run(model, hs, 0, 1);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.problem(),
-              "not one request fits: 32.00 KiB per request in host memory against a host budget "
-              "of 1000 B");
-    EXPECT_EQ(e.fix(),
-              "lower context_length to 1 or less (the longest at which one hisparse "
-              "request fits)");
-  }
+  const Error e = admission_error(runner, model, small_hisparse_config());
+  EXPECT_EQ(e.problem(),
+            "not one request fits: 32.00 KiB per request in host memory against a host budget "
+            "of 1000 B");
+  EXPECT_EQ(e.fix(),
+            "lower context_length to 1 or less (the longest at which one hisparse request fits)");
 }
 
 EngineConfig hisparse_config(const std::string& policy, int hot) {
