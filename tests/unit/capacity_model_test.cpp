@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "core/error.hpp"
+#include "core/rng.hpp"
+#include "model/mode.hpp"
 
 namespace hisparse {
 namespace {
@@ -136,6 +141,48 @@ TEST(CapacityModel, LongestContextIsTheLastOneThatFits) {
   EXPECT_EQ(cap.longest_context(Mode::dense, q), 700);
   q.gpu_mem_bytes = 4e9;  // the weights do not fit beside the reserve
   EXPECT_EQ(cap.longest_context(Mode::dense, q), 0);
+}
+
+TEST(CapacityModel, LongestContextIsTheBoundaryOfWhatFitsOnRandomBudgets) {
+  // Whatever the budgets, N requests of the returned context fit and N of one token more do not
+  // (unless the search reached the query's own context): the bisection finds the boundary.
+  Rng rng(2026);
+  for (const char* name : {"tiny-gqa", "tiny-dsa"}) {
+    const CapacityModel cap(load_model(name));
+    for (int trial = 0; trial < 60; ++trial) {
+      CapacityQuery q;
+      q.context_length = 1 + static_cast<std::int64_t>(rng.below(1'000'000));
+      q.top_k = 16;
+      q.hot_buffer = 16 * (1 + static_cast<int>(rng.below(8)));
+      q.activation_reserve_bytes = 0;
+      q.gpu_mem_bytes = static_cast<double>(cap.weight_bytes()) +
+                        static_cast<double>(rng.below(std::uint64_t{1} << 31));
+      q.host_mem_bytes = rng.below(2) ? static_cast<double>(rng.below(std::uint64_t{1} << 32)) : 0;
+      q.one_memory = rng.below(2) == 1;
+      const auto requests = static_cast<std::int64_t>(1 + rng.below(8));
+      for (const CapacityRow& row : cap.plan(q)) {
+        const Mode mode = row.footprint.mode;
+        const std::int64_t longest = cap.longest_context(mode, q, requests);
+        const auto admitted = [&](std::int64_t context) {
+          CapacityQuery at = q;
+          at.context_length = context;
+          for (const CapacityRow& r : cap.plan(at))
+            if (r.footprint.mode == mode) return r.max_concurrency;
+          return std::int64_t{-1};
+        };
+        const std::string where = fmt::format("{} {} trial {} requests {} longest {}", name,
+                                              name_of(mode), trial, requests, longest);
+        ASSERT_GE(longest, 0) << where;
+        ASSERT_LE(longest, q.context_length) << where;
+        if (longest > 0) {
+          EXPECT_GE(admitted(longest), requests) << where;
+        }
+        if (longest < q.context_length) {
+          EXPECT_LT(admitted(longest + 1), requests) << where;
+        }
+      }
+    }
+  }
 }
 
 TEST(CapacityModel, OneMemoryCountsTheHostRowsAgainstTheBudget) {
