@@ -21,7 +21,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/stream.hpp"
 
@@ -159,6 +161,11 @@ inline constexpr int kSwapInBuckets = 1 << kLog2SwapInBuckets;
 [[nodiscard]] const char* swap_in_phase_name(int k) noexcept;
 /// The enumerator's name ("direct", "direct_compact", ...), as benchmarks and tests print it.
 [[nodiscard]] const char* resolve_path_name(ResolvePath path) noexcept;
+/// Every ResolvePath, in declaration order (tests and benchmarks cycle through them).
+inline constexpr ResolvePath kResolvePaths[] = {ResolvePath::direct, ResolvePath::direct_compact,
+                                                ResolvePath::direct_general, ResolvePath::hash};
+/// The ResolvePath whose resolve_path_name is `name`; nullopt for any other name.
+[[nodiscard]] std::optional<ResolvePath> resolve_path_named(std::string_view name) noexcept;
 
 #if HISPARSE_WITH_CUDA
 /// Sets the resolve kernel's dynamic shared-memory limit for (top_k, hot) on the current device.

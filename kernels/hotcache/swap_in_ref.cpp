@@ -55,6 +55,12 @@ const char* resolve_path_name(ResolvePath path) noexcept {
   return "?";
 }
 
+std::optional<ResolvePath> resolve_path_named(std::string_view name) noexcept {
+  for (const ResolvePath path : kResolvePaths)
+    if (name == resolve_path_name(path)) return path;
+  return std::nullopt;
+}
+
 namespace {
 std::int64_t seq_len_of(const SwapInArgs& a, int row) {
   return a.seq_lens_int64 ? static_cast<const std::int64_t*>(a.seq_lens)[row]

@@ -46,11 +46,6 @@ struct Shape {
   bool speculate = false;
 };
 
-/// Every resolve path, for tests that cycle through them.
-constexpr kernels::ResolvePath kPaths[] = {
-    kernels::ResolvePath::direct, kernels::ResolvePath::direct_compact,
-    kernels::ResolvePath::direct_general, kernels::ResolvePath::hash};
-
 std::string describe(const Shape& s) {
   return "requests " + std::to_string(s.requests) + " batch " + std::to_string(s.batch) + " hot " +
          std::to_string(s.hot) + " top_k " + std::to_string(s.top_k) + " row " +
@@ -736,7 +731,7 @@ TEST(HotcacheSwapInGpu, SpeculativeGatherMatchesTheTwin) {
   for (int config = 0; config < 40; ++config) {
     Shape s = random_shape(rng);
     s.early_handoff = s.speculate = true;
-    s.resolve = kPaths[config % std::size(kPaths)];
+    s.resolve = kernels::kResolvePaths[config % std::size(kernels::kResolvePaths)];
     Harness h(s, 700 + static_cast<std::uint64_t>(config));
     run_steps(h, 8, "random config " + std::to_string(config), config % 2 == 1);
     if (HasFatalFailure()) return;
@@ -809,7 +804,7 @@ TEST(HotcacheSwapInGpu, CudaGraphReplayMatchesTheTwin) {
   Rng rng(9);
   for (int config = 0; config < 12; ++config) {
     Shape s = random_shape(rng);
-    s.resolve = kPaths[config % std::size(kPaths)];
+    s.resolve = kernels::kResolvePaths[config % std::size(kernels::kResolvePaths)];
     Harness h(s, 500 + static_cast<std::uint64_t>(config));
     kernels::configure_swap_in(s.top_k, s.hot);  // not allowed while capturing
     capture_and_replay(h, rng, 25, "graph config " + std::to_string(config));

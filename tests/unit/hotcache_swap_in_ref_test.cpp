@@ -361,6 +361,10 @@ TEST(HotcacheSwapInRef, DirectPathWidensTheSelectionTableAndAddsThePlanEntries) 
   EXPECT_STREQ(swap_in_phase_name(kSwapInPhaseStamps), "?");
   EXPECT_STREQ(resolve_path_name(ResolvePath::direct_compact), "direct_compact");
   EXPECT_STREQ(resolve_path_name(ResolvePath::hash), "hash");
+  for (const ResolvePath path : kResolvePaths)
+    EXPECT_EQ(resolve_path_named(resolve_path_name(path)), path) << resolve_path_name(path);
+  EXPECT_EQ(resolve_path_named("compact"), std::nullopt);
+  EXPECT_EQ(resolve_path_named("?"), std::nullopt);
 }
 
 }  // namespace

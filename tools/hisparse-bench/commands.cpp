@@ -226,23 +226,28 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const T
   } else if (!o.quiet) {
     // Hit rate (hot-buffer modes) and bits read per token (Fathom modes): "-" where a point has
     // none.
-    const auto metric = [](const nlohmann::json& p, const char* key, const char* format) {
+    const auto value = [](const nlohmann::json& p, const char* key) -> std::optional<double> {
       const auto m = p.find("metrics");
       if (p["status"] != "ok" || m == p.end() || !m->contains(key) || !(*m)[key].is_number())
-        return std::string("-");
-      return fmt::format(fmt::runtime(format), (*m)[key].get<double>());
+        return std::nullopt;
+      return (*m)[key].get<double>();
+    };
+    const auto metric = [&](const nlohmann::json& p, const char* key, const char* format) {
+      const auto v = value(p, key);
+      return v ? fmt::format(fmt::runtime(format), *v) : std::string("-");
     };
     // Hot-buffer modes: the hot buffer's slots, and the policy the recorded selections were
     // replayed under with the miss rate it gave; columns of their own when some point has them.
     const auto hot_and_policy = [&](const nlohmann::json& p) {
-      if (metric(p, "policy_miss_rate", "{}") == "-") return fmt::format(" {:>6} {:>16}", "-", "-");
-      return fmt::format(" {:>6} {:>16}", p["config"]["hot_buffer"].get<int>(),
-                         fmt::format("{} {:.2f}%", p["metrics"]["policy"].get<std::string>(),
-                                     100 * p["metrics"]["policy_miss_rate"].get<double>()));
+      const auto miss = value(p, "policy_miss_rate");
+      if (!miss) return fmt::format(" {:>6} {:>16}", "-", "-");
+      return fmt::format(
+          " {:>6} {:>16}", p["config"]["hot_buffer"].get<int>(),
+          fmt::format("{} {:.2f}%", p["metrics"]["policy"].get<std::string>(), 100 * *miss));
     };
-    bool policies = false;
-    for (const auto& p : j["points"])
-      policies = policies || metric(p, "policy_miss_rate", "{}") != "-";
+    const bool policies = std::any_of(j["points"].begin(), j["points"].end(), [&](const auto& p) {
+      return value(p, "policy_miss_rate").has_value();
+    });
     fmt::print("{:>5}  {:<16} {:<16} {:>11} {:>9} {:>8} {:>12} {:>12} {:>9} {:>9}{}\n", "point",
                "model", "mode", "concurrency", "context", "status", "tok/s", "step ms", "hit rate",
                "bits/tok", policies ? fmt::format(" {:>6} {:>16}", "hot", "policy miss") : "");

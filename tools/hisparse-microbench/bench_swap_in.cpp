@@ -407,13 +407,11 @@ bool register_swap_in() {
   // direct_general: direct without the lean path), the whole swap-in and the resolve alone.
   using kernels::ResolvePath;
   const auto path_name = kernels::resolve_path_name;
-  constexpr ResolvePath kPaths[] = {ResolvePath::hash, ResolvePath::direct,
-                                    ResolvePath::direct_compact, ResolvePath::direct_general};
   for (int batch : {1, 64, 100})
     for (int hot : {4096, 8192})
       for (double miss : {0.001, 0.2, 1.0})
         for (Part part : {Part::full, Part::resolve})
-          for (ResolvePath resolve : kPaths) {
+          for (ResolvePath resolve : kernels::kResolvePaths) {
             SwapInCase c{16, batch, hot, 656, miss};
             c.part = part;
             c.resolve = resolve;
@@ -425,7 +423,7 @@ bool register_swap_in() {
   // phase; the counters ph<k>_<phase>_us / _kcyc are means over the calls).
   for (int batch : {1, 64})
     for (double miss : {0.001, 0.2})
-      for (ResolvePath resolve : kPaths)
+      for (ResolvePath resolve : kernels::kResolvePaths)
         for (int hot : {4096, 8192}) {
           SwapInCase c{16, batch, hot, 656, miss};
           c.part = Part::resolve;

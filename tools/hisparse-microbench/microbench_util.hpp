@@ -5,6 +5,7 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -59,15 +60,14 @@ void guarded(benchmark::State& state, const char* what, F&& body) {
 /// So the targets can be measured on another path without a rebuild; the run's context records
 /// the override (hisparse_swap_in_resolve). Throws Error naming the variable for an unknown name.
 inline kernels::ResolvePath default_resolve() {
-  using kernels::ResolvePath;
   const char* env = std::getenv("HISPARSE_MICROBENCH_RESOLVE");
-  if (env == nullptr || *env == '\0') return ResolvePath::direct;
-  constexpr ResolvePath kPaths[] = {ResolvePath::direct, ResolvePath::direct_compact,
-                                    ResolvePath::direct_general, ResolvePath::hash};
-  for (const ResolvePath path : kPaths)
-    if (std::string_view(env) == kernels::resolve_path_name(path)) return path;
+  if (env == nullptr || *env == '\0') return kernels::ResolvePath::direct;
+  if (const auto path = kernels::resolve_path_named(env)) return *path;
+  std::vector<std::string_view> names;
+  for (const auto path : kernels::kResolvePaths)
+    names.emplace_back(kernels::resolve_path_name(path));
   throw Error("HISPARSE_MICROBENCH_RESOLVE", fmt::format("unknown resolve path '{}'", env),
-              "use one of direct, direct_compact, direct_general, hash, or unset it");
+              fmt::format("use one of {}, or unset it", fmt::join(names, ", ")));
 }
 
 /// Iterations per benchmark: HISPARSE_MICROBENCH_ITERS (default 50). Each iteration is one timed
