@@ -1,5 +1,6 @@
 #include "model/npy.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -178,19 +179,34 @@ std::optional<NpyType> type_of_descr(std::string_view d) {
   if (d == "<f2") return NpyType::f16;
   if (d == "<u2") return NpyType::bf16;
   if (d == "<f8") return NpyType::f64;
+  if (d == "<i4") return NpyType::i32;
+  if (d == "<i8") return NpyType::i64;
   return std::nullopt;
 }
 
 std::string fix_for_descr(std::string_view d) {
   if (!d.empty() && d[0] == '>')
     return fmt::format("store little-endian data (a.astype('<{}'))", d.substr(1));
-  return "store float32 ('<f4'), float16 ('<f2'), float64 ('<f8') or bfloat16 bits as uint16 "
-         "('<u2'), e.g. a.astype(numpy.float32)";
+  return "store float32 ('<f4'), float16 ('<f2'), float64 ('<f8'), bfloat16 bits as uint16 "
+         "('<u2') or integers as int32 ('<i4') or int64 ('<i8'), e.g. a.astype(numpy.float32)";
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   if (shape.size() == 1) return fmt::format("({},)", shape[0]);
   return fmt::format("({})", fmt::join(shape, ", "));
+}
+
+// Element i of little-endian int32 or int64 data (this reader only runs on little-endian hosts,
+// as the float cases' memcpy assumes too).
+std::int64_t integer_at(const std::uint8_t* p, NpyType type, std::size_t i) {
+  if (type == NpyType::i32) {
+    std::int32_t v;
+    std::memcpy(&v, p + 4 * i, 4);
+    return v;
+  }
+  std::int64_t v;
+  std::memcpy(&v, p + 8 * i, 8);
+  return v;
 }
 
 }  // namespace
@@ -205,6 +221,10 @@ std::string_view npy_descr(NpyType type) noexcept {
       return "<u2";
     case NpyType::f64:
       return "<f8";
+    case NpyType::i32:
+      return "<i4";
+    case NpyType::i64:
+      return "<i8";
   }
   return "?";
 }
@@ -217,9 +237,16 @@ std::size_t npy_item_size(NpyType type) noexcept {
     case NpyType::bf16:
       return 2;
     case NpyType::f64:
+    case NpyType::i64:
       return 8;
+    case NpyType::i32:
+      return 4;
   }
   return 0;
+}
+
+bool npy_is_integer(NpyType type) noexcept {
+  return type == NpyType::i32 || type == NpyType::i64;
 }
 
 std::uint64_t NpyArray::elements() const noexcept {
@@ -249,8 +276,23 @@ std::vector<float> NpyArray::floats() const {
         out[i] = static_cast<float>(d);
         break;
       }
+      case NpyType::i32:
+      case NpyType::i64:
+        out[i] = static_cast<float>(integer_at(p, type, i));
+        break;
     }
   }
+  return out;
+}
+
+std::vector<std::int64_t> NpyArray::integers() const {
+  if (!npy_is_integer(type))
+    throw Error("NpyArray::integers",
+                fmt::format("the array holds '{}', not integers", npy_descr(type)),
+                "check npy_is_integer(type) before asking for integers");
+  const std::size_t n = data.size() / npy_item_size(type);
+  std::vector<std::int64_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = integer_at(data.data(), type, i);
   return out;
 }
 
@@ -354,14 +396,17 @@ NpyArray read_npy(const std::filesystem::path& file) {
   return parse_npy(bytes, where);
 }
 
-std::string encode_npy(NpyType type, const std::vector<std::int64_t>& shape,
-                       const std::vector<float>& values, int major) {
+namespace {
+// Magic, version, header length and the header dict of `elements` values of `type` in `shape`,
+// padded so that the data starts at a multiple of 64 bytes (as numpy.save does).
+std::string npy_prefix(NpyType type, const std::vector<std::int64_t>& shape, std::size_t values,
+                       int major) {
   std::uint64_t elements = 1;
   for (auto d : shape) elements *= static_cast<std::uint64_t>(d);
-  if (elements != values.size())
+  if (elements != values)
     throw Error("write_npy",
                 fmt::format("shape {} holds {} elements but {} values were given",
-                            shape_text(shape), elements, values.size()),
+                            shape_text(shape), elements, values),
                 "pass a shape whose product is the number of values");
   if (major < 1 || major > 3)
     throw Error("write_npy", fmt::format("format version {} does not exist", major),
@@ -376,7 +421,25 @@ std::string encode_npy(NpyType type, const std::vector<std::int64_t>& shape,
   out.push_back('\0');
   for (std::size_t i = 0; i < prefix - 8; ++i)
     out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
-  out += header;
+  return out + header;
+}
+
+void write_bytes(const std::filesystem::path& file, const std::string& bytes) {
+  std::ofstream out(file, std::ios::binary);
+  if (!out) throw Error(file.string(), "cannot create the file", "check that the folder exists");
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw Error(file.string(), "could not write the file", "check the free disk space");
+}
+}  // namespace
+
+std::string encode_npy(NpyType type, const std::vector<std::int64_t>& shape,
+                       const std::vector<float>& values, int major) {
+  if (npy_is_integer(type)) {
+    std::vector<std::int64_t> rounded(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) rounded[i] = std::llround(values[i]);
+    return encode_npy_integers(type, shape, rounded, major);
+  }
+  std::string out = npy_prefix(type, shape, values.size(), major);
   for (float v : values) {
     std::uint8_t b[8];
     std::size_t n = 0;
@@ -399,19 +462,44 @@ std::string encode_npy(NpyType type, const std::vector<std::int64_t>& shape,
         n = 8;
         break;
       }
+      case NpyType::i32:
+      case NpyType::i64:
+        break;  // handled above
     }
     out.append(reinterpret_cast<const char*>(b), n);
   }
   return out;
 }
 
+std::string encode_npy_integers(NpyType type, const std::vector<std::int64_t>& shape,
+                                const std::vector<std::int64_t>& values, int major) {
+  if (!npy_is_integer(type))
+    throw Error("write_npy", fmt::format("'{}' is not an integer type", npy_descr(type)),
+                "write integers as int32 or int64, floats with encode_npy");
+  std::string out = npy_prefix(type, shape, values.size(), major);
+  for (const std::int64_t v : values) {
+    if (type == NpyType::i32) {
+      if (v < std::numeric_limits<std::int32_t>::min() ||
+          v > std::numeric_limits<std::int32_t>::max())
+        throw Error("write_npy", fmt::format("{} does not fit int32", v), "write int64 instead");
+      const auto narrow = static_cast<std::int32_t>(v);
+      out.append(reinterpret_cast<const char*>(&narrow), 4);
+    } else {
+      out.append(reinterpret_cast<const char*>(&v), 8);
+    }
+  }
+  return out;
+}
+
 void write_npy(const std::filesystem::path& file, NpyType type,
                const std::vector<std::int64_t>& shape, const std::vector<float>& values) {
-  const std::string bytes = encode_npy(type, shape, values);
-  std::ofstream out(file, std::ios::binary);
-  if (!out) throw Error(file.string(), "cannot create the file", "check that the folder exists");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw Error(file.string(), "could not write the file", "check the free disk space");
+  write_bytes(file, encode_npy(type, shape, values));
+}
+
+void write_npy_integers(const std::filesystem::path& file, NpyType type,
+                        const std::vector<std::int64_t>& shape,
+                        const std::vector<std::int64_t>& values) {
+  write_bytes(file, encode_npy_integers(type, shape, values));
 }
 
 }  // namespace hisparse

@@ -5,8 +5,10 @@
 //
 // Element types: '<f4' (float32), '<f2' (float16), '<f8' (float64) and '<u2', which this toolkit
 // reads as bfloat16 bit patterns (NumPy has no bfloat16; `t.view(torch.int16).numpy()
-// .view('<u2')` stores a bf16 tensor's bits). Every failure is one Error naming the file, what
-// is wrong and how to write the file instead.
+// .view('<u2')` stores a bf16 tensor's bits); and the integers '<i4' and '<i8' (recorded top-k
+// indices). Which types a file may hold is the reader's caller's business (captured keys must be
+// floats, selections integers). Every failure is one Error naming the file, what is wrong and how
+// to write the file instead.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +19,12 @@
 
 namespace hisparse {
 
-enum class NpyType : std::uint8_t { f32, f16, bf16, f64 };
+enum class NpyType : std::uint8_t { f32, f16, bf16, f64, i32, i64 };
 
-/// The descr a file of this type carries: "<f4", "<f2", "<u2", "<f8".
+/// The descr a file of this type carries: "<f4", "<f2", "<u2", "<f8", "<i4", "<i8".
 [[nodiscard]] std::string_view npy_descr(NpyType type) noexcept;
 [[nodiscard]] std::size_t npy_item_size(NpyType type) noexcept;
+[[nodiscard]] bool npy_is_integer(NpyType type) noexcept;
 
 struct NpyArray {
   int major = 1;  ///< format version read (1, 2 or 3; minor is always 0)
@@ -30,8 +33,10 @@ struct NpyArray {
   std::vector<std::uint8_t> data;   ///< the raw little-endian elements, C order
 
   [[nodiscard]] std::uint64_t elements() const noexcept;
-  /// Every element converted to float (f64 rounds to nearest).
+  /// Every element converted to float (f64 and integers beyond 2^24 round to nearest).
   [[nodiscard]] std::vector<float> floats() const;
+  /// Every element of an integer array (i32, i64); throws Error for a float array.
+  [[nodiscard]] std::vector<std::int64_t> integers() const;
 };
 
 /// Parses a whole .npy file held in memory; `where` names it in errors (usually the path).
@@ -40,11 +45,18 @@ struct NpyArray {
 [[nodiscard]] NpyArray read_npy(const std::filesystem::path& file);
 
 /// Writes `values` as a .npy file of `type` (version 1.0, header padded to 64 bytes like
-/// numpy.save). `shape` must hold values.size() elements.
+/// numpy.save). `shape` must hold values.size() elements; integer types take the values rounded.
 void write_npy(const std::filesystem::path& file, NpyType type,
                const std::vector<std::int64_t>& shape, const std::vector<float>& values);
 /// The bytes write_npy would write (for tests and fuzzing).
 [[nodiscard]] std::string encode_npy(NpyType type, const std::vector<std::int64_t>& shape,
                                      const std::vector<float>& values, int major = 1);
+/// Integer arrays (i32, i64) exactly: a value that does not fit int32 throws.
+void write_npy_integers(const std::filesystem::path& file, NpyType type,
+                        const std::vector<std::int64_t>& shape,
+                        const std::vector<std::int64_t>& values);
+[[nodiscard]] std::string encode_npy_integers(NpyType type, const std::vector<std::int64_t>& shape,
+                                              const std::vector<std::int64_t>& values,
+                                              int major = 1);
 
 }  // namespace hisparse

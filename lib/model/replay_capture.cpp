@@ -126,7 +126,7 @@ std::optional<std::pair<Role, int>> parse_name(std::string_view name) {
   return std::nullopt;
 }
 
-Element element_of(NpyType t) {
+std::optional<Element> element_of(NpyType t) {
   switch (t) {
     case NpyType::f32:
       return Element::f32;
@@ -136,8 +136,11 @@ Element element_of(NpyType t) {
       return Element::bf16;
     case NpyType::f64:
       return Element::f64;
+    case NpyType::i32:
+    case NpyType::i64:
+      return std::nullopt;
   }
-  return Element::f32;
+  return std::nullopt;
 }
 
 std::optional<Element> element_of(DType t) {
@@ -309,9 +312,16 @@ ReplayCapture::ReplayCapture(const fs::path& path, const ReplayGeometry& geometr
       c.bytes = fs::file_size(f, ec);
       c.load = [f] {
         NpyArray a = read_npy(f);
+        const auto type = element_of(a.type);
+        if (!type)
+          throw Error(f.string(),
+                      fmt::format("element type '{}' is an integer type, not a float type",
+                                  npy_descr(a.type)),
+                      "store captured keys, queries and values as float32 ('<f4'), float16 "
+                      "('<f2'), float64 ('<f8') or bfloat16 bits as uint16 ('<u2')");
         Slab s;
         s.source = f.string();
-        s.type = element_of(a.type);
+        s.type = *type;
         s.shape = std::move(a.shape);
         s.bytes = std::move(a.data);
         return s;

@@ -115,6 +115,46 @@ TEST(ModelReplayNpy, WriterRoundTripsEveryTypeAndPadsLikeNumpy) {
   std::filesystem::remove(file);
 }
 
+TEST(ModelReplayNpy, ReadsAndWritesIntegerArraysExactly) {
+  // Hand-written int32 data: -1 (padding in a top-k dump), 0 and the int32 extremes.
+  std::string i32;
+  for (std::int32_t v : {-1, 0, 2147483647, -2147483647 - 1})
+    i32.append(reinterpret_cast<const char*>(&v), 4);
+  const NpyArray a = parse_npy(
+      npy_bytes(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", i32), "x");
+  EXPECT_EQ(a.type, NpyType::i32);
+  EXPECT_TRUE(npy_is_integer(a.type));
+  EXPECT_EQ(a.integers(), (std::vector<std::int64_t>{-1, 0, 2147483647, -2147483648LL}));
+  EXPECT_EQ(a.floats()[0], -1.0f);
+
+  const std::vector<std::int64_t> wide{-1, std::int64_t{1} << 40, 7};
+  for (NpyType t : {NpyType::i32, NpyType::i64}) {
+    const std::vector<std::int64_t> values =
+        t == NpyType::i32 ? std::vector<std::int64_t>{-1, 5, 1 << 30} : wide;
+    const NpyArray b = parse_npy(encode_npy_integers(t, {3}, values), "x");
+    EXPECT_EQ(b.type, t);
+    EXPECT_EQ(b.integers(), values) << npy_descr(t);
+  }
+  EXPECT_EQ(parse_npy(encode_npy(NpyType::i64, {2}, {3.0f, -2.0f}), "x").integers(),
+            (std::vector<std::int64_t>{3, -2}));
+  EXPECT_FALSE(npy_is_integer(NpyType::f32));
+  try {
+    (void)parse_npy(encode_npy(NpyType::f32, {1}, {1.0f}), "x").integers();
+    FAIL() << "integers() of a float array did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "NpyArray::integers: the array holds '<f4', not integers; check "
+              "npy_is_integer(type) before asking for integers");
+  }
+  try {
+    (void)encode_npy_integers(NpyType::i32, {1}, {std::int64_t{1} << 31});
+    FAIL() << "2^31 was written as int32";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "write_npy: 2147483648 does not fit int32; write int64 instead");
+  }
+}
+
 TEST(ModelReplayNpy, BadFilesNameTheProblemAndTheFix) {
   EXPECT_EQ(error_of("PK\x03\x04 zip"),
             "x.npy: not a .npy file (it does not start with the magic \\x93NUMPY); write the "
@@ -137,11 +177,11 @@ TEST(ModelReplayNpy, BadFilesNameTheProblemAndTheFix) {
                                f32_data({1}))),
             "x.npy: element type '>f4' is not supported; store little-endian data "
             "(a.astype('<f4'))");
-  EXPECT_EQ(error_of(npy_bytes(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }",
+  EXPECT_EQ(error_of(npy_bytes(1, "{'descr': '<u4', 'fortran_order': False, 'shape': (1,), }",
                                f32_data({1}))),
-            "x.npy: element type '<i4' is not supported; store float32 ('<f4'), float16 "
-            "('<f2'), float64 ('<f8') or bfloat16 bits as uint16 ('<u2'), e.g. "
-            "a.astype(numpy.float32)");
+            "x.npy: element type '<u4' is not supported; store float32 ('<f4'), float16 "
+            "('<f2'), float64 ('<f8'), bfloat16 bits as uint16 ('<u2') or integers as int32 "
+            "('<i4') or int64 ('<i8'), e.g. a.astype(numpy.float32)");
   EXPECT_EQ(error_of(npy_bytes(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }",
                                f32_data({1}))),
             "x.npy: the array is stored in Fortran (column-major) order; save a C-ordered copy: "

@@ -304,6 +304,14 @@ TEST(ModelReplay, ShapesThatDoNotMatchTheModelAreRejected) {
             d.file("v.npy") + ": captured values hold 32 tokens but the keys (" + d.file("k.npy") +
                 ") hold 64; capture keys and values of the same tokens");
   fs::remove(d.path() / "v.npy");
+  // Integer arrays are .npy files this reader parses (selection dumps) but never keys.
+  write_npy_integers(d.path() / "k.npy", NpyType::i32, {kKv, kTokens, kDim},
+                     std::vector<std::int64_t>(kKv * kTokens * kDim, 1));
+  EXPECT_EQ(error_of("tiny-gqa", replay_of(d.path())),
+            d.file("k.npy") +
+                ": element type '<i4' is an integer type, not a float type; store captured "
+                "keys, queries and values as float32 ('<f4'), float16 ('<f2'), float64 ('<f8') "
+                "or bfloat16 bits as uint16 ('<u2')");
   // MLA: the key row must be latent + rope wide.
   d.npy("k.npy", {1, kTokens, 64}, std::vector<float>(kTokens * 64));
   EXPECT_EQ(error_of("tiny-dsa", replay_of(d.path())),
