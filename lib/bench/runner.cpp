@@ -59,7 +59,7 @@ Error Runner::nothing_fits(const CapacityModel& capacity, Mode mode, const Capac
 }
 
 PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup_steps,
-                         int decode_steps, const Progress& progress) const {
+                         int decode_steps, const Progress& progress, const Inspect& inspect) const {
   HISPARSE_FUNC_RANGE();
   PointMetrics m;
   m.requested = config.concurrency;
@@ -138,6 +138,7 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
   if (!errors.empty()) m.attention_rel_error = percentile(errors, 50);
   analyse_policy(engine, config, m);
   m.policy_steps = engine.hot_slots() > 0 ? total : 0;
+  if (inspect) inspect(engine);
   return m;
 }
 

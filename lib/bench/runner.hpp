@@ -82,9 +82,14 @@ class Runner {
   /// Called after every step: (steps done, steps in total incl. warm-up).
   using Progress = std::function<void(int, int)>;
 
-  /// Measures one point. Throws Error when not one request fits or the engine fails.
+  /// Called once after the last step with the engine, e.g. to save its selection traces.
+  using Inspect = std::function<void(const DecodeEngine&)>;
+
+  /// Measures one point. Throws Error when not one request fits, the engine fails, or `inspect`
+  /// throws.
   [[nodiscard]] PointMetrics run(const ModelSpec& model, EngineConfig config, int warmup_steps,
-                                 int decode_steps, const Progress& progress = {}) const;
+                                 int decode_steps, const Progress& progress = {},
+                                 const Inspect& inspect = {}) const;
 
   [[nodiscard]] const MemoryBudget& budget() const noexcept { return budget_; }
 

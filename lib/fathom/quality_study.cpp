@@ -1,18 +1,15 @@
 #include "fathom/quality_study.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <map>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "core/parallel.hpp"
 #include "fathom/key_centre.hpp"
 #include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
@@ -118,35 +115,11 @@ int study_keep(const QualityConfig& config) {
 }
 
 /// Runs work(kvh) for every study head on up to config.threads threads (0: every hardware thread)
-/// and returns the results in head order, so that the caller sums them in the order one thread
-/// would: the figures do not depend on the thread count. The first exception is rethrown.
+/// and returns the results in head order (parallel_map), so that the figures do not depend on the
+/// thread count.
 template <class Work>
 auto for_each_head(const QualityConfig& config, Work work) {
-  using Result = decltype(work(0));
-  std::vector<Result> results(static_cast<std::size_t>(std::max(config.kv_heads, 0)));
-  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-  const auto threads = static_cast<int>(std::min<std::size_t>(
-      config.threads > 0 ? static_cast<unsigned>(config.threads) : hardware, results.size()));
-  std::atomic<int> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_lock;
-  const auto run = [&] {
-    for (int kvh; (kvh = next.fetch_add(1)) < config.kv_heads;) {
-      try {
-        results[static_cast<std::size_t>(kvh)] = work(kvh);
-      } catch (...) {
-        const std::lock_guard<std::mutex> hold(failure_lock);
-        if (!failure) failure = std::current_exception();
-        next = config.kv_heads;  // stop handing out heads
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(run);
-  run();
-  for (auto& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
-  return results;
+  return parallel_map(config.kv_heads, config.threads, work);
 }
 
 }  // namespace

@@ -31,8 +31,7 @@ std::string_view name_of(ReplacementPolicy p) noexcept {
 }
 
 ReplacementPolicy parse_policy(std::string_view name, const std::string& where) {
-  for (auto p : {ReplacementPolicy::lru, ReplacementPolicy::fifo, ReplacementPolicy::random,
-                 ReplacementPolicy::belady})
+  for (auto p : kReplacementPolicies)
     if (name == name_of(p)) return p;
   throw Error(where, fmt::format("unknown replacement policy '{}'", name),
               "use lru, fifo, random or belady");
@@ -60,9 +59,21 @@ StepDemand demand_of(const TraceStep& step, int hot) {
   return d;
 }
 
+/// Adds a step's hits and misses to the stats unless the step is a warm-up step.
+struct StepCounter {
+  PolicyStats stats;
+  std::int64_t warmup_steps = 0;
+  void add(std::size_t step, const StepDemand& d, std::int64_t misses) {
+    if (static_cast<std::int64_t>(step) < warmup_steps) return;
+    stats.misses += misses;
+    stats.hits += d.valid - misses;
+  }
+};
+
 /// Slot-based cache with an explicit order (LRU and FIFO differ only in how hits move).
-PolicyStats simulate_ordered(ReplacementPolicy policy, const SelectionTrace& trace, int hot) {
-  PolicyStats stats{policy};
+PolicyStats simulate_ordered(ReplacementPolicy policy, const SelectionTrace& trace, int hot,
+                             std::int64_t warmup_steps) {
+  StepCounter count{{policy}, warmup_steps};
   std::vector<std::int32_t> slot_token(static_cast<std::size_t>(hot)),
       order(static_cast<std::size_t>(hot));
   std::unordered_map<std::int32_t, std::int32_t> where;
@@ -72,8 +83,8 @@ PolicyStats simulate_ordered(ReplacementPolicy policy, const SelectionTrace& tra
     where[s] = s;
   }
   std::vector<char> hit(static_cast<std::size_t>(hot));
-  for (const auto& step : trace.steps) {
-    const StepDemand d = demand_of(step, hot);
+  for (std::size_t i = 0; i < trace.steps.size(); ++i) {
+    const StepDemand d = demand_of(trace.steps[i], hot);
     std::vector<std::int32_t> misses;
     std::fill(hit.begin(), hit.end(), 0);
     for (auto t : d.tokens) {
@@ -100,21 +111,21 @@ PolicyStats simulate_ordered(ReplacementPolicy policy, const SelectionTrace& tra
     next.insert(next.end(), taken.begin(), taken.end());
     next.insert(next.end(), hits.begin(), hits.end());
     order = std::move(next);
-    stats.misses += static_cast<std::int64_t>(misses.size());
-    stats.hits += d.valid - static_cast<std::int64_t>(misses.size());
+    count.add(i, d, static_cast<std::int64_t>(misses.size()));
   }
-  return stats;
+  return count.stats;
 }
 
-PolicyStats simulate_random(const SelectionTrace& trace, int hot, std::uint64_t seed) {
-  PolicyStats stats{ReplacementPolicy::random};
+PolicyStats simulate_random(const SelectionTrace& trace, int hot, std::uint64_t seed,
+                            std::int64_t warmup_steps) {
+  StepCounter count{{ReplacementPolicy::random}, warmup_steps};
   Rng rng(seed);
   std::vector<std::int32_t> slot_token(static_cast<std::size_t>(hot));
   std::unordered_map<std::int32_t, std::int32_t> where;
   for (std::int32_t s = 0; s < hot; ++s) where[slot_token[s] = s] = s;
   std::vector<char> hit(static_cast<std::size_t>(hot));
-  for (const auto& step : trace.steps) {
-    const StepDemand d = demand_of(step, hot);
+  for (std::size_t i = 0; i < trace.steps.size(); ++i) {
+    const StepDemand d = demand_of(trace.steps[i], hot);
     std::fill(hit.begin(), hit.end(), 0);
     std::vector<std::int32_t> misses;
     for (auto t : d.tokens) {
@@ -135,14 +146,13 @@ PolicyStats simulate_random(const SelectionTrace& trace, int hot, std::uint64_t 
       where.erase(slot_token[s]);
       where[slot_token[s] = t] = s;
     }
-    stats.misses += static_cast<std::int64_t>(misses.size());
-    stats.hits += d.valid - static_cast<std::int64_t>(misses.size());
+    count.add(i, d, static_cast<std::int64_t>(misses.size()));
   }
-  return stats;
+  return count.stats;
 }
 
-PolicyStats simulate_belady(const SelectionTrace& trace, int hot) {
-  PolicyStats stats{ReplacementPolicy::belady};
+PolicyStats simulate_belady(const SelectionTrace& trace, int hot, std::int64_t warmup_steps) {
+  StepCounter count{{ReplacementPolicy::belady}, warmup_steps};
   std::vector<StepDemand> demand;
   demand.reserve(trace.steps.size());
   for (const auto& step : trace.steps) demand.push_back(demand_of(step, hot));
@@ -182,20 +192,23 @@ PolicyStats simulate_belady(const SelectionTrace& trace, int hot) {
       key_of[t] = next_use(t, i);
       by_next.emplace(key_of[t], t);
     }
-    stats.misses += misses;
-    stats.hits += d.valid - misses;
+    count.add(static_cast<std::size_t>(i), d, misses);
   }
-  return stats;
+  return count.stats;
 }
 }  // namespace
 
+std::int64_t slots_needed(const TraceStep& step, int hot) {
+  return static_cast<std::int64_t>(demand_of(step, hot).tokens.size());
+}
+
 PolicyStats simulate_policy(ReplacementPolicy policy, const SelectionTrace& trace, int hot,
-                            std::uint64_t seed) {
+                            std::uint64_t seed, std::int64_t warmup_steps) {
   if (hot < 1)
     throw Error("policy analysis: hot", fmt::format("hot buffer of {} slots", hot),
                 "use at least 1 slot");
   for (std::size_t i = 0; i < trace.steps.size(); ++i) {
-    if (static_cast<std::int64_t>(demand_of(trace.steps[i], hot).tokens.size()) > hot)
+    if (slots_needed(trace.steps[i], hot) > hot)
       throw Error(
           fmt::format("policy analysis: trace step {}", i),
           fmt::format("more distinct selected positions than the {} slots of the hot buffer", hot),
@@ -204,11 +217,11 @@ PolicyStats simulate_policy(ReplacementPolicy policy, const SelectionTrace& trac
   switch (policy) {
     case ReplacementPolicy::lru:
     case ReplacementPolicy::fifo:
-      return simulate_ordered(policy, trace, hot);
+      return simulate_ordered(policy, trace, hot, warmup_steps);
     case ReplacementPolicy::random:
-      return simulate_random(trace, hot, seed);
+      return simulate_random(trace, hot, seed, warmup_steps);
     case ReplacementPolicy::belady:
-      return simulate_belady(trace, hot);
+      return simulate_belady(trace, hot, warmup_steps);
   }
   return {};
 }
@@ -216,9 +229,7 @@ PolicyStats simulate_policy(ReplacementPolicy policy, const SelectionTrace& trac
 std::vector<PolicyStats> analyse_policies(const SelectionTrace& trace, int hot,
                                           std::uint64_t seed) {
   std::vector<PolicyStats> out;
-  for (auto p : {ReplacementPolicy::lru, ReplacementPolicy::fifo, ReplacementPolicy::random,
-                 ReplacementPolicy::belady})
-    out.push_back(simulate_policy(p, trace, hot, seed));
+  for (auto p : kReplacementPolicies) out.push_back(simulate_policy(p, trace, hot, seed));
   return out;
 }
 

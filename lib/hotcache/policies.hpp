@@ -40,10 +40,23 @@ struct PolicyStats {
   }
 };
 
-/// Simulates one policy. The cache starts as HotCache::admit leaves it: slot s holds token s.
-[[nodiscard]] PolicyStats simulate_policy(ReplacementPolicy policy, const SelectionTrace& trace,
-                                          int hot, std::uint64_t seed = 1);
+/// The slots a step needs at once: its distinct valid positions other than the newest token, or
+/// 0 when seq_len <= hot (every token has its own slot). A hot buffer smaller than this cannot
+/// serve the step.
+[[nodiscard]] std::int64_t slots_needed(const TraceStep& step, int hot);
+
 /// All four policies, in the order lru, fifo, random, belady.
+inline constexpr ReplacementPolicy kReplacementPolicies[] = {
+    ReplacementPolicy::lru, ReplacementPolicy::fifo, ReplacementPolicy::random,
+    ReplacementPolicy::belady};
+
+/// Simulates one policy. The cache starts as HotCache::admit leaves it: slot s holds token s.
+/// The first `warmup_steps` steps change the cache but are not counted in the stats (a trace
+/// recorded mid-run starts from a cache it did not fill).
+[[nodiscard]] PolicyStats simulate_policy(ReplacementPolicy policy, const SelectionTrace& trace,
+                                          int hot, std::uint64_t seed = 1,
+                                          std::int64_t warmup_steps = 0);
+/// All four policies, in the order of kReplacementPolicies.
 [[nodiscard]] std::vector<PolicyStats> analyse_policies(const SelectionTrace& trace, int hot,
                                                         std::uint64_t seed = 1);
 

@@ -18,7 +18,9 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "hotcache/policies.hpp"
 #include "model/capacity_model.hpp"
+#include "model/decode_engine.hpp"
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
 #include "progress.hpp"
@@ -103,7 +105,28 @@ std::string cpu_trace_note() {
 
 }  // namespace
 
-int run_command(const std::string& scenario_arg, const CommonOptions& o, const TraceRequest& t) {
+namespace {
+// The engine's selection traces as text files dir/layer<L>-stream<S>.txt (what `policies` reads);
+// returns how many were written (none without a hot buffer). The folder is emptied first, so
+// that it holds this run's traces only.
+std::size_t save_selections(const DecodeEngine& engine, const std::filesystem::path& dir) {
+  const auto traces = engine.selection_traces();
+  if (traces.empty()) return 0;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw Error(dir.string(), fmt::format("cannot create the folder ({})", ec.message()),
+                "check that --out is writable, or run without --save-selections");
+  const auto streams = static_cast<std::size_t>(std::max(engine.kv_streams(), 1));
+  for (std::size_t i = 0; i < traces.size(); ++i)
+    write_selection_trace(traces[i],
+                          dir / fmt::format("layer{}-stream{}.txt", i / streams, i % streams));
+  return traces.size();
+}
+}  // namespace
+
+int run_command(const std::string& scenario_arg, const CommonOptions& o, const RunRequest& t) {
   const auto path = find_scenario(scenario_arg, "run: SCENARIO");
   std::vector<std::string> sets = o.sets;
   if (t.trace) sets.emplace_back("trace.enabled=true");
@@ -186,11 +209,18 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const T
     if (trace_file) window.emplace(*trace_file, label, s.warmup_steps, s.trace.steps);
     try {
       if (window) window->start();
-      record.metrics = runner.run(s.models.at(point.model), point.config, s.warmup_steps,
-                                  s.decode_steps, [&](int step, int steps) {
-                                    bar.step(point.index, label, step, steps);
-                                    if (window) window->step_done(step);
-                                  });
+      record.metrics = runner.run(
+          s.models.at(point.model), point.config, s.warmup_steps, s.decode_steps,
+          [&](int step, int steps) {
+            bar.step(point.index, label, step, steps);
+            if (window) window->step_done(step);
+          },
+          [&](const DecodeEngine& engine) {
+            if (!t.save_selections) return;
+            const auto folder = fmt::format("selections/point-{}", point.index);
+            if (save_selections(engine, out / folder) > 0)
+              extras.set_point(point.index, "selections", folder);
+          });
       if (window) window->finish();
     } catch (const std::exception& e) {
       record.ok = false;

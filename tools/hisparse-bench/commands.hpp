@@ -73,11 +73,27 @@ struct CaptureOptions {
   std::uint64_t seed = 1;
 };
 
-/// Tracing flags of `run` and `trace`.
-struct TraceRequest {
+/// `policies`: the replacement-policy study over recorded selections (CPU).
+struct PoliciesOptions {
+  std::vector<std::string> traces;  ///< text traces and .npy dumps of top-k positions
+  std::vector<int> hots;            ///< hot-buffer sizes studied
+  std::vector<std::string> policies{"lru", "fifo", "random", "belady"};
+  std::int64_t seq_len = 0;  ///< an .npy's sequence length at its first step; 0: not given
+  std::int64_t warmup_steps = 0;
+  int row_bytes = 656;      ///< bytes of one KV row (MLA fp8: 656)
+  double pcie_gbps = 55.1;  ///< the host-to-device ceiling the transfer time assumes
+  std::uint64_t seed = 1;   ///< the random policy's
+  int threads = 0;          ///< 0: every hardware thread
+};
+
+/// Flags of `run` and `trace` beyond the common ones.
+struct RunRequest {
   bool trace = false;       ///< --trace (or the `trace` subcommand)
   int steps = 0;            ///< --trace-steps; 0: the scenario's trace.steps (default 4)
   bool only_trace = false;  ///< `trace`: measured steps = traced steps
+  /// --save-selections: every hot-buffer point's recorded selections as text traces under
+  /// OUT/selections/point-N/ (what `policies` reads)
+  bool save_selections = false;
 };
 
 struct CompareArgs {
@@ -88,7 +104,7 @@ struct CompareArgs {
   bool allow_different_devices = false;
 };
 
-int run_command(const std::string& scenario, const CommonOptions& o, const TraceRequest& t);
+int run_command(const std::string& scenario, const CommonOptions& o, const RunRequest& t);
 int compare_command(const CompareArgs& args, const CommonOptions& o);
 int report_command(const std::vector<std::string>& inputs, const CommonOptions& o);
 int validate_command(const std::vector<std::string>& scenarios, const CommonOptions& o);
@@ -97,6 +113,7 @@ int plan_command(const PlanOptions& p, const CommonOptions& o);
 int info_command(const CommonOptions& o);
 int quality_command(const QualityOptions& q, const CommonOptions& o);
 int capture_command(const CaptureOptions& c, const CommonOptions& o);
+int policies_command(const PoliciesOptions& p, const CommonOptions& o);
 
 /// --json output: the document, indented, on stdout.
 void print_json(const nlohmann::json& j);

@@ -68,7 +68,7 @@ int run_cli(int argc, char** argv) {
   };
 
   std::string scenario;
-  cli::TraceRequest trace_request;
+  cli::RunRequest run_request;
   auto* run = app.add_subcommand("run",
                                  "Run a scenario's sweep and write results.json, "
                                  "results.csv, summary.md and report.html");
@@ -77,12 +77,16 @@ int run_cli(int argc, char** argv) {
   run->add_option("--out", common.out, "Output folder (default: the scenario's outputs.dir)");
   add_backend(run);
   add_set(run);
-  run->add_flag("--trace", trace_request.trace,
+  run->add_flag("--trace", run_request.trace,
                 "Trace the first measured steps of every point with CUPTI: writes trace.json "
                 "(open at ui.perfetto.dev) and gpu_phase_ms per point (CUDA backend)");
-  run->add_option("--trace-steps", trace_request.steps,
+  run->add_option("--trace-steps", run_request.steps,
                   "Steps traced per point (default: the scenario's trace.steps, else 4)")
       ->check(CLI::Range(1, 1000000));
+  run->add_flag("--save-selections", run_request.save_selections,
+                "Write every hot-buffer point's recorded selections (all steps since admission) as "
+                "text traces, one per layer and stream, under OUT/selections/point-N/: the input "
+                "of 'hisparse-bench policies'");
   add_json(run);
   add_quiet(run);
   run->footer(kFooter);
@@ -96,7 +100,7 @@ int run_cli(int argc, char** argv) {
       ->required();
   trace->add_option("--out", common.out, "Output folder (default: the scenario's outputs.dir)");
   trace
-      ->add_option("--trace-steps", trace_request.steps,
+      ->add_option("--trace-steps", run_request.steps,
                    "Steps traced (and measured) per point (default: trace.steps, else 4)")
       ->check(CLI::Range(1, 1000000));
   add_backend(trace);
@@ -295,6 +299,44 @@ int run_cli(int argc, char** argv) {
   add_json(capture);
   capture->footer(kFooter);
 
+  cli::PoliciesOptions policies_opts;
+  auto* policies = app.add_subcommand(
+      "policies",
+      "Replacement-policy study over recorded selections (CPU): miss rate of LRU, FIFO, random "
+      "and Belady's optimum per hot-buffer size, and what the misses cost per decode step");
+  policies
+      ->add_option("traces", policies_opts.traces,
+                   "Recorded selections: text traces ('seq_len: p0 p1 ...' per step, as run "
+                   "--save-selections writes) or .npy top-k positions [..., steps, top_k], int32 "
+                   "or int64, every leading index a stream")
+      ->required()
+      ->check(CLI::ExistingFile);
+  policies->add_option("--hot", policies_opts.hots, "Hot-buffer sizes in slots, comma-separated")
+      ->required()
+      ->delimiter(',');
+  policies
+      ->add_option("--policies", policies_opts.policies,
+                   "Policies, comma-separated (default lru,fifo,random,belady)")
+      ->delimiter(',');
+  policies->add_option("--seq-len", policies_opts.seq_len,
+                       "For .npy inputs: the sequence length at the first recorded step (one more "
+                       "each step)");
+  policies->add_option("--warmup-steps", policies_opts.warmup_steps,
+                       "First steps of each stream replayed but not counted (default 0)");
+  policies->add_option("--row-bytes", policies_opts.row_bytes,
+                       "Bytes of one KV row for the byte and time columns (default 656, MLA fp8)");
+  policies->add_option("--pcie-gbps", policies_opts.pcie_gbps,
+                       "Host-to-device ceiling in GB/s for the time column (default 55.1, the "
+                       "H200 here)");
+  policies->add_option("--seed", policies_opts.seed, "The random policy's seed (default 1)");
+  policies
+      ->add_option("--threads", policies_opts.threads,
+                   "Replays at once (default 0: every hardware thread); the figures do not "
+                   "depend on it")
+      ->check(CLI::NonNegativeNumber);
+  add_json(policies);
+  policies->footer(kFooter);
+
   auto* info = app.add_subcommand("info", "Print the device and measure its bandwidth ceilings");
   add_backend(info);
   add_json(info);
@@ -308,11 +350,11 @@ int run_cli(int argc, char** argv) {
     print_error(fmt::format("{}; run 'hisparse-bench --help'", e.what()));
     return exit_code::bad_input;
   }
-  if (*run) return cli::run_command(scenario, common, trace_request);
+  if (*run) return cli::run_command(scenario, common, run_request);
   if (*trace) {
-    trace_request.trace = true;
-    trace_request.only_trace = true;
-    return cli::run_command(trace_scenario, common, trace_request);
+    run_request.trace = true;
+    run_request.only_trace = true;
+    return cli::run_command(trace_scenario, common, run_request);
   }
   if (*compare) return cli::compare_command(compare_args, common);
   if (*report) return cli::report_command(report_inputs, common);
@@ -321,6 +363,7 @@ int run_cli(int argc, char** argv) {
   if (*plan) return cli::plan_command(plan_opts, common);
   if (*info) return cli::info_command(common);
   if (*capture) return cli::capture_command(capture_opts, common);
+  if (*policies) return cli::policies_command(policies_opts, common);
   if (*quality) {
     quality_opts.top_k_given = top_k->count() > 0;
     return cli::quality_command(quality_opts, common);

@@ -1,0 +1,122 @@
+// hisparse-bench run --save-selections and hisparse-bench policies end to end: the saved traces
+// replayed by `policies` give exactly the miss rates the run reported, .npy dumps of top-k
+// positions are read as streams, and bad flags get one message.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/npy.hpp"
+#include "support/run_command.hpp"
+#include "support/temp_dir.hpp"
+
+namespace hisparse::test {
+namespace {
+
+// The saved selections of every hot-buffer point of a run, replayed under the run's own policy
+// and hot size, give the run's policy_miss_rate and optimal_miss_rate exactly: the files hold
+// every step since admission, as the run's analysis did.
+TEST(CliPolicies, SavedSelectionsReproduceTheRunsPolicyAnalysis) {
+  const TempDir out;
+  const auto r =
+      run_bench(fmt::format("run quick --backend cpu --quiet --save-selections --out {} --set "
+                            "'sweep.mode=[hisparse]' --set 'sweep.concurrency=[2]' --set 'skip=[]'",
+                            out.path.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto results = read_json(out.path / "results.json");
+  int checked = 0;
+  for (const auto& point : results["points"]) {
+    const auto& m = point["metrics"];
+    ASSERT_TRUE(m.contains("selections")) << point.dump();
+    const auto folder = out.path / m["selections"].get<std::string>();
+    std::string files;
+    int count = 0;
+    for (const auto& e : std::filesystem::directory_iterator(folder)) {
+      files += fmt::format(" {}", e.path().string());
+      ++count;
+    }
+    // Per layer, one stream per request (MLA) or per request and KV head (GQA).
+    EXPECT_GE(count, 2 * 2) << folder;
+    const int hot = point["config"]["hot_buffer"].get<int>();
+    const auto p =
+        run_bench(fmt::format("policies{} --hot {} --policies lru,belady --json", files, hot));
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    const auto j = nlohmann::json::parse(p.output);
+    EXPECT_EQ(j["backend"], "cpu");
+    EXPECT_EQ(j["streams"].size(), static_cast<std::size_t>(count));
+    EXPECT_EQ(j["counted_steps"], m["policy_steps"]);
+    ASSERT_EQ(j["cells"].size(), 2u);
+    EXPECT_EQ(j["cells"][0]["policy"], "lru");
+    EXPECT_EQ(j["cells"][0]["miss_rate"].get<double>(), m["policy_miss_rate"].get<double>());
+    EXPECT_EQ(j["cells"][0]["optimal_miss_rate"].get<double>(),
+              m["optimal_miss_rate"].get<double>());
+    EXPECT_EQ(j["cells"][1]["miss_rate"].get<double>(), m["optimal_miss_rate"].get<double>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);  // tiny-dsa and tiny-gqa
+}
+
+TEST(CliPolicies, NpyDumpTableAndPerStepCost) {
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const auto file = dir.path / "sel.npy";
+  // One stream, hot 2, first length 10: steps {5, 9}, {5, 10}, {6, 1} give 2 misses in 3 steps
+  // (the newest token, 9 then 10 then 11, is always a hit).
+  write_npy_integers(file, NpyType::i32, {3, 2}, {5, 9, 5, 10, 6, 1});
+  const auto r = run_bench(
+      fmt::format("policies {} --hot 2 --seq-len 10 --policies lru --row-bytes 1000 --pcie-gbps 50",
+                  file.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 2 misses / 3 steps = 0.667 rows, 666.7 B = 0.001 MB, at 50 GB/s 0.01 us per step.
+  EXPECT_NE(r.output.find(
+                fmt::format("      2  lru          33.33%            -          0.7      0.001   "
+                            "       0.01  {} (33.33%)",
+                            file.string())),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("an estimate rather than a measurement; rows of 1000 B, PCIe 50 GB/s"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(CliPolicies, BadFlagsNameTheFlagAndTheFix) {
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const auto file = dir.path / "sel.npy";
+  write_npy_integers(file, NpyType::i32, {1, 2}, {0, 1});
+  const auto bench = [&](const std::string& flags) {
+    return run_bench(fmt::format("policies {} {}", file.string(), flags));
+  };
+  const auto no_len = bench("--hot 4");
+  EXPECT_EQ(no_len.exit_code, 2);
+  EXPECT_EQ(no_len.output,
+            "error: --seq-len: an .npy of top-k positions does not say how long the sequences "
+            "were; give the sequence length at the first recorded step, e.g. --seq-len 32768 (it "
+            "grows by one per step)\n");
+  const auto policy = bench("--hot 4 --seq-len 4 --policies lfu");
+  EXPECT_EQ(policy.exit_code, 2);
+  EXPECT_EQ(policy.output,
+            "error: --policies: unknown replacement policy 'lfu'; use lru, fifo, random or "
+            "belady\n");
+  const auto small = bench("--hot 1 --seq-len 4");
+  EXPECT_EQ(small.exit_code, 2);
+  EXPECT_EQ(small.output,
+            fmt::format("error: --hot: 1 slots cannot serve step 0 of {}, which needs 2 at once "
+                        "(its distinct positions other than the newest token); give hot-buffer "
+                        "sizes of at least 2\n",
+                        file.string()));
+  const auto no_hot = bench("--seq-len 4");
+  EXPECT_EQ(no_hot.exit_code, 2);
+  EXPECT_NE(no_hot.output.find("--hot is required"), std::string::npos) << no_hot.output;
+  const auto rows = bench("--hot 4 --seq-len 4 --row-bytes 0");
+  EXPECT_EQ(rows.exit_code, 2);
+  EXPECT_EQ(rows.output,
+            "error: --row-bytes: 0 is not a row size; give the bytes of one KV row, e.g. 656 (MLA "
+            "fp8)\n");
+}
+
+}  // namespace
+}  // namespace hisparse::test
