@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
-#include "hotcache/policies.hpp"
+#include "hotcache/policy_study.hpp"
 #include "model/capacity_model.hpp"
 #include "trace/nvtx.hpp"
 
@@ -143,25 +143,21 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
 }
 
 void analyse_policy(const DecodeEngine& engine, const EngineConfig& config, PointMetrics& m) {
-  const auto traces = engine.selection_traces();
-  if (traces.empty() || engine.hot_slots() < 1) return;
+  if (engine.hot_slots() < 1) return;
+  std::vector<NamedTrace> streams;
+  for (auto& trace : engine.selection_traces()) streams.push_back({{}, std::move(trace)});
+  if (streams.empty()) return;
   HISPARSE_RANGE("policy_analysis", Phase::other);
   const ReplacementPolicy policy = parse_policy(config.policy, "policy");
-  PolicyStats chosen, optimum;
-  for (const auto& trace : traces) {
-    const PolicyStats p = simulate_policy(policy, trace, engine.hot_slots(), config.workload.seed);
-    chosen.hits += p.hits;
-    chosen.misses += p.misses;
-    const PolicyStats o = policy == ReplacementPolicy::belady
-                              ? p
-                              : simulate_policy(ReplacementPolicy::belady, trace,
-                                                engine.hot_slots(), config.workload.seed);
-    optimum.hits += o.hits;
-    optimum.misses += o.misses;
-  }
+  PolicyStudyOptions options;
+  options.hots = {engine.hot_slots()};
+  options.policies = {policy};
+  if (policy != ReplacementPolicy::belady) options.policies.push_back(ReplacementPolicy::belady);
+  options.seed = config.workload.seed;
+  const PolicyStudy study = study_policies(streams, options);
   m.policy = std::string(name_of(policy));
-  m.policy_miss_rate = chosen.miss_rate();
-  m.optimal_miss_rate = optimum.miss_rate();
+  m.policy_miss_rate = study.cells.front().total.miss_rate();
+  m.optimal_miss_rate = study.cells.back().total.miss_rate();
 }
 
 namespace {
