@@ -429,7 +429,7 @@ std::string joined(const std::vector<std::string>& v) {
   return out;
 }
 
-constexpr const char* kStyle =
+constexpr std::string_view kStyle =
     R"(body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222;padding:0 1em}
 h1{font-size:1.6em}figure{margin:2em 0}figcaption{font-size:.9em;color:#444;max-width:760px}
 table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
@@ -437,6 +437,10 @@ th{background:#f3f3f3}.failed{color:#b00}.note{color:#666;font-style:italic}
 code{background:#f5f5f5;padding:0 3px})";
 
 }  // namespace
+
+std::string_view report_style() noexcept {
+  return kStyle;
+}
 
 std::string baseline_mode(const json& results) {
   const Points pts(results);

@@ -6,12 +6,16 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 namespace hisparse {
 
 [[nodiscard]] std::string html_report(const nlohmann::json& results);
+
+/// The CSS every page of the toolkit uses (report.html, policies.html).
+[[nodiscard]] std::string_view report_style() noexcept;
 
 /// What every figure caption states: backend(s), device(s) and where weights and workload came
 /// from, e.g. "backend cuda, device NVIDIA H200, synthetic weights/workload". For merged results

@@ -82,6 +82,35 @@ TEST(CliPolicies, NpyDumpTableAndPerStepCost) {
       << r.output;
 }
 
+TEST(CliPolicies, OutWritesTheJsonMarkdownAndHtmlViews) {
+  const TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const auto file = dir.path / "sel.npy";
+  write_npy_integers(file, NpyType::i32, {3, 2}, {5, 9, 5, 10, 6, 1});
+  const auto out = dir.path / "views";
+  const auto r = run_bench(
+      fmt::format("policies {} --hot 2,4 --seq-len 10 --out {}", file.string(), out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("written to {}: policies.json, policies.md, policies.html",
+                                      out.string())),
+            std::string::npos)
+      << r.output;
+  const auto doc = read_json(out / "policies.json");
+  ASSERT_EQ(doc["cells"].size(), 8u);  // 2 hot sizes x 4 policies
+  EXPECT_EQ(doc["cells"][0]["misses"], 2);
+  EXPECT_EQ(doc["first_seq_len"], 10);
+  EXPECT_NE(read_text(out / "policies.md").find("| 2 | lru | 33.33% |"), std::string::npos);
+  EXPECT_NE(read_text(out / "policies.html").find("<svg"), std::string::npos);
+
+  // A folder that cannot be made is refused before any replay.
+  const auto blocked = run_bench(
+      fmt::format("policies {} --hot 2 --seq-len 10 --out {}/x", file.string(), file.string()));
+  EXPECT_EQ(blocked.exit_code, 2);
+  EXPECT_EQ(
+      blocked.output.rfind(fmt::format("error: --out: cannot create {}/x (", file.string()), 0), 0u)
+      << blocked.output;
+}
+
 TEST(CliPolicies, BadFlagsNameTheFlagAndTheFix) {
   const TempDir dir;
   std::filesystem::create_directories(dir.path);

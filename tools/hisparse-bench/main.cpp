@@ -334,6 +334,9 @@ int run_cli(int argc, char** argv) {
                    "Replays at once (default 0: every hardware thread); the figures do not "
                    "depend on it")
       ->check(CLI::NonNegativeNumber);
+  policies->add_option("--out", common.out,
+                       "Also write policies.json, policies.md and policies.html (miss rate and "
+                       "transfer time vs hot size per policy) into this folder");
   add_json(policies);
   policies->footer(kFooter);
 
