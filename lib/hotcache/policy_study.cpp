@@ -29,8 +29,13 @@ std::string stream_name(const std::string& file, const std::vector<std::int64_t>
   return fmt::format("{}[{}]", file, fmt::join(at, ", "));
 }
 
+// "give X" naming the flag or key that sets the first sequence length, when there is one.
+std::string give(std::string_view source, std::string_view what) {
+  return source.empty() ? fmt::format("give {}", what) : fmt::format("give {} {}", source, what);
+}
+
 std::vector<NamedTrace> read_index_dump(const std::filesystem::path& path,
-                                        std::int64_t first_seq_len) {
+                                        std::int64_t first_seq_len, std::string_view source) {
   const std::string file = path.string();
   const NpyArray a = read_npy(path);
   if (!npy_is_integer(a.type))
@@ -52,7 +57,9 @@ std::vector<NamedTrace> read_index_dump(const std::filesystem::path& path,
                 "save at least one stream of one step with one selected position");
   if (first_seq_len < 1)
     throw Error(file, "an .npy of positions does not say how long the sequences were",
-                "give the sequence length at the first recorded step (it grows by one per step)");
+                give(source,
+                     "the sequence length at the first recorded step (it grows by one per "
+                     "step)"));
 
   const std::vector<std::int64_t> values = a.integers();
   std::vector<NamedTrace> out(static_cast<std::size_t>(streams));
@@ -72,9 +79,9 @@ std::vector<NamedTrace> read_index_dump(const std::filesystem::path& path,
                       fmt::format("position {} is beyond the step's sequence length {} (the first "
                                   "recorded step's length {} plus {})",
                                   pos, step.seq_len, first_seq_len, t),
-                      fmt::format("give the sequence length the first recorded step really had (at "
-                                  "least {})",
-                                  pos - t + 1));
+                      give(source, fmt::format("the sequence length the first recorded step "
+                                               "really had (at least {})",
+                                               pos - t + 1)));
         // Every negative entry is padding; int64 positions fit int32 once below seq_len <= 2^31.
         step.selected[static_cast<std::size_t>(e)] = pos < 0 ? -1 : static_cast<std::int32_t>(pos);
       }
@@ -86,14 +93,35 @@ std::vector<NamedTrace> read_index_dump(const std::filesystem::path& path,
 }  // namespace
 
 std::vector<NamedTrace> read_selection_streams(const std::filesystem::path& path,
-                                               std::int64_t first_seq_len) {
+                                               std::int64_t first_seq_len,
+                                               std::string_view first_seq_len_source) {
   if (first_seq_len > std::numeric_limits<std::int32_t>::max())
     throw Error(path.string(),
                 fmt::format("a sequence length of {} does not fit the 32-bit positions of a "
                             "selection",
                             first_seq_len),
                 "give a length below 2^31");
-  if (path.extension() == ".npy") return read_index_dump(path, first_seq_len);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+      if (e.is_regular_file(ec) &&
+          (e.path().extension() == ".txt" || e.path().extension() == ".npy"))
+        files.push_back(e.path());
+    if (ec)
+      throw Error(path.string(), fmt::format("cannot list the folder ({})", ec.message()),
+                  "check its permissions");
+    if (files.empty())
+      throw Error(path.string(), "the folder holds no .txt or .npy selection files",
+                  "point at a folder that run --save-selections wrote, or at the files");
+    std::sort(files.begin(), files.end());
+    std::vector<NamedTrace> out;
+    for (const auto& f : files)
+      for (auto& named : read_selection_streams(f, first_seq_len, first_seq_len_source))
+        out.push_back(std::move(named));
+    return out;
+  }
+  if (path.extension() == ".npy") return read_index_dump(path, first_seq_len, first_seq_len_source);
   return {NamedTrace{path.string(), read_selection_trace(path)}};
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hotcache/policies.hpp"
@@ -20,7 +21,7 @@ struct NamedTrace {
   SelectionTrace trace;
 };
 
-/// Reads one file of recorded selections:
+/// Reads one file of recorded selections, or every .txt and .npy file of a folder in name order:
 /// - text (any name not ending in .npy): one stream, read_selection_trace's format, which carries
 ///   each step's sequence length;
 /// - .npy of int32 or int64 positions shaped [..., steps, top_k]: every index of the leading
@@ -28,9 +29,11 @@ struct NamedTrace {
 ///   Step s has sequence length first_seq_len + s (a decode step appends one token), so
 ///   first_seq_len must be positive for an .npy, and a position at or beyond its step's length is
 ///   refused (it means first_seq_len is wrong).
-/// Throws Error naming the file (and stream, step and entry) and what would fix it.
-[[nodiscard]] std::vector<NamedTrace> read_selection_streams(const std::filesystem::path& path,
-                                                             std::int64_t first_seq_len);
+/// Throws Error naming the file (and stream, step and entry) and what would fix it; the fix names
+/// `first_seq_len_source` (e.g. a command-line flag) when it is not empty.
+[[nodiscard]] std::vector<NamedTrace> read_selection_streams(
+    const std::filesystem::path& path, std::int64_t first_seq_len,
+    std::string_view first_seq_len_source = {});
 
 /// The step that needs the most hot-buffer slots at once for a hot buffer of `hot` slots
 /// (slots_needed); slots is 0 when no step needs any.

@@ -111,6 +111,33 @@ TEST(CliPolicies, OutWritesTheJsonMarkdownAndHtmlViews) {
       << blocked.output;
 }
 
+// A folder stands for its .txt and .npy files in name order; other files are ignored.
+TEST(CliPolicies, AFolderIsItsTraceFiles) {
+  const TempDir dir;
+  const auto text = dir.write("a.txt", "10: 5 9\n10: 5 9\n");
+  (void)dir.write("notes.md", "not a trace");
+  write_npy_integers(dir.path / "b.npy", NpyType::i32, {2, 1, 2}, {6, 1, 7, 0});
+  const auto r = run_bench(
+      fmt::format("policies {} --hot 2 --seq-len 10 --policies lru --json", dir.path.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["streams"],
+            nlohmann::json::array({text.string(), (dir.path / "b.npy").string() + "[0]",
+                                   (dir.path / "b.npy").string() + "[1]"}));
+  // a.txt: 5 misses once; each b.npy stream: 6 or 7 misses, 1 or 0 hits.
+  EXPECT_EQ(j["cells"][0]["misses"], 3);
+  EXPECT_EQ(j["cells"][0]["hits"], 3 + 2);
+
+  const TempDir empty;
+  (void)empty.write("notes.md", "");
+  const auto none = run_bench(fmt::format("policies {} --hot 2", empty.path.string()));
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_EQ(none.output,
+            fmt::format("error: {}: the folder holds no .txt or .npy selection files; point at a "
+                        "folder that run --save-selections wrote, or at the files\n",
+                        empty.path.string()));
+}
+
 TEST(CliPolicies, BadFlagsNameTheFlagAndTheFix) {
   const TempDir dir;
   std::filesystem::create_directories(dir.path);
@@ -122,9 +149,17 @@ TEST(CliPolicies, BadFlagsNameTheFlagAndTheFix) {
   const auto no_len = bench("--hot 4");
   EXPECT_EQ(no_len.exit_code, 2);
   EXPECT_EQ(no_len.output,
-            "error: --seq-len: an .npy of top-k positions does not say how long the sequences "
-            "were; give the sequence length at the first recorded step, e.g. --seq-len 32768 (it "
-            "grows by one per step)\n");
+            fmt::format("error: {}: an .npy of positions does not say how long the sequences "
+                        "were; give --seq-len the sequence length at the first recorded step (it "
+                        "grows by one per step)\n",
+                        file.string()));
+  const auto beyond = bench("--hot 4 --seq-len 1");  // position 1 at step 0 needs length 2
+  EXPECT_EQ(beyond.exit_code, 2);
+  EXPECT_EQ(beyond.output,
+            fmt::format("error: {} step 0 entry 1: position 1 is beyond the step's sequence "
+                        "length 1 (the first recorded step's length 1 plus 0); give --seq-len the "
+                        "sequence length the first recorded step really had (at least 2)\n",
+                        file.string()));
   const auto policy = bench("--hot 4 --seq-len 4 --policies lfu");
   EXPECT_EQ(policy.exit_code, 2);
   EXPECT_EQ(policy.output,

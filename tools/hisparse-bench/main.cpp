@@ -308,9 +308,10 @@ int run_cli(int argc, char** argv) {
       ->add_option("traces", policies_opts.traces,
                    "Recorded selections: text traces ('seq_len: p0 p1 ...' per step, as run "
                    "--save-selections writes) or .npy top-k positions [..., steps, top_k], int32 "
-                   "or int64, every leading index a stream")
+                   "or int64, every leading index a stream; a folder stands for its .txt and "
+                   ".npy files")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   policies->add_option("--hot", policies_opts.hots, "Hot-buffer sizes in slots, comma-separated")
       ->required()
       ->delimiter(',');

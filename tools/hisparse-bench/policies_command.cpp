@@ -19,16 +19,9 @@ namespace hisparse::cli {
 namespace {
 
 void check_options(const PoliciesOptions& p) {
-  bool any_npy = false;
-  for (const auto& t : p.traces)
-    any_npy = any_npy || std::filesystem::path(t).extension() == ".npy";
   if (p.hots.empty())
     throw Error("--hot", "no hot-buffer size was given",
                 "give the slots to study, e.g. --hot 2048,4096,6144");
-  if (any_npy && p.seq_len < 1)
-    throw Error("--seq-len", "an .npy of top-k positions does not say how long the sequences were",
-                "give the sequence length at the first recorded step, e.g. --seq-len 32768 (it "
-                "grows by one per step)");
   if (p.warmup_steps < 0)
     throw Error("--warmup-steps", fmt::format("{} is negative", p.warmup_steps),
                 "give 0 or more steps");
@@ -58,7 +51,8 @@ int policies_command(const PoliciesOptions& p, const CommonOptions& o) {
 
   std::vector<NamedTrace> streams;
   for (const auto& t : p.traces)
-    for (auto& named : read_selection_streams(t, p.seq_len)) streams.push_back(std::move(named));
+    for (auto& named : read_selection_streams(t, p.seq_len, "--seq-len"))
+      streams.push_back(std::move(named));
   const PolicyStudy study = study_policies(streams, {.hots = p.hots,
                                                      .hots_source = "--hot",
                                                      .policies = policies,
