@@ -1,6 +1,8 @@
 // Random multi-step traces on the CPU: the HotCache (swap-in twin) fetches exactly the rows the
 // LRU policy simulation predicts, every resident row holds its token's bytes, every output row
-// holds the selected token, and Belady never misses more than any other policy.
+// holds the selected token, and Belady never misses more than any other policy. Random .npy dumps
+// of top-k positions are read into streams or refused with hisparse::Error, and a study of what
+// was read counts every valid entry once as a hit or a miss.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,9 +11,13 @@
 #include <set>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/rng.hpp"
 #include "hotcache/hot_cache.hpp"
 #include "hotcache/policies.hpp"
+#include "hotcache/policy_study.hpp"
+#include "model/npy.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse {
 namespace {
@@ -85,6 +91,62 @@ TEST(HotcacheFuzz, SwapInTwinAgreesWithLruSimulationAndKeepsRowsExact) {
     const auto all = analyse_policies(trace, c.hot, 5);
     for (const auto& p : all) EXPECT_LE(all[3].misses, p.misses) << name_of(p.policy);
   }
+}
+
+TEST(HotcacheFuzz, RandomIndexDumpsAreReadOrRefusedAndEveryEntryIsCounted) {
+  Rng rng(77);
+  const test::TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  const auto file = dir.path / "sel.npy";
+  int read = 0, refused = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<std::int64_t> shape;
+    // Refused: 1 dimension, a 0 in the shape, a first length of 0, a position beyond its step.
+    const auto dims = 1 + rng.below(4);
+    std::int64_t elements = 1;
+    for (std::uint64_t d = 0; d < dims; ++d) {
+      shape.push_back(rng.below(12) == 0 ? 0 : 1 + static_cast<std::int64_t>(rng.below(4)));
+      elements *= shape.back();
+    }
+    const auto first = rng.below(12) == 0 ? 0 : 1 + static_cast<std::int64_t>(rng.below(40));
+    std::vector<std::int64_t> values(static_cast<std::size_t>(elements));
+    // Mostly positions of the first step's sequence or padding; rarely one beyond any step.
+    for (auto& v : values)
+      v = rng.below(100) == 0
+              ? first + 5
+              : static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(first) + 2)) - 2;
+    write_npy_integers(file, rng.below(2) ? NpyType::i32 : NpyType::i64, shape, values);
+    std::vector<NamedTrace> streams;
+    try {
+      streams = read_selection_streams(file, first);
+    } catch (const Error&) {
+      ++refused;
+      continue;
+    }
+    ++read;
+    std::int64_t valid = 0;
+    for (const auto& named : streams)
+      for (const auto& step : named.trace.steps)
+        for (const auto pos : step.selected) {
+          ASSERT_LT(pos, step.seq_len);
+          valid += pos >= 0 ? 1 : 0;
+        }
+    PolicyStudyOptions o;
+    o.hots = {1 + static_cast<int>(rng.below(8)), 8};
+    o.policies = {ReplacementPolicy::lru, ReplacementPolicy::belady, ReplacementPolicy::random};
+    try {
+      const PolicyStudy study = study_policies(streams, o);
+      for (const auto& cell : study.cells) {
+        EXPECT_EQ(cell.total.hits + cell.total.misses, valid);
+        EXPECT_LE(study.find(cell.hot, ReplacementPolicy::belady)->total.misses, cell.total.misses);
+      }
+    } catch (const Error& e) {  // only a hot size below a step's demand may be refused
+      EXPECT_NE(std::string(e.what()).find("slots cannot serve step"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_GT(read, 30);  // both outcomes happen often enough to mean something
+  EXPECT_GT(refused, 30);
 }
 
 }  // namespace
