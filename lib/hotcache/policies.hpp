@@ -40,10 +40,15 @@ struct PolicyStats {
   }
 };
 
-/// The slots a step needs at once: its distinct valid positions other than the newest token, or
-/// 0 when seq_len <= hot (every token has its own slot). A hot buffer smaller than this cannot
-/// serve the step.
-[[nodiscard]] std::int64_t slots_needed(const TraceStep& step, int hot);
+/// The slots a step needs at once are its distinct valid positions other than the newest token,
+/// or none when seq_len <= hot (every token has its own slot); a hot buffer with fewer slots
+/// cannot serve the step. This is the most any step of a trace needs, and the first step that
+/// needs it (step -1 when none needs any).
+struct StepsDemand {
+  std::int64_t slots = 0;
+  std::int64_t step = -1;
+};
+[[nodiscard]] StepsDemand largest_step_demand(const SelectionTrace& trace, int hot);
 
 /// All four policies, in the order lru, fifo, random, belady.
 inline constexpr ReplacementPolicy kReplacementPolicies[] = {

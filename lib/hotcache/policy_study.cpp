@@ -128,9 +128,8 @@ std::vector<NamedTrace> read_selection_streams(const std::filesystem::path& path
 LargestDemand largest_demand(const std::vector<NamedTrace>& streams, int hot) {
   LargestDemand largest;
   for (const auto& named : streams)
-    for (std::size_t i = 0; i < named.trace.steps.size(); ++i)
-      if (const std::int64_t slots = slots_needed(named.trace.steps[i], hot); slots > largest.slots)
-        largest = {slots, named.name, static_cast<std::int64_t>(i)};
+    if (const StepsDemand d = largest_step_demand(named.trace, hot); d.slots > largest.slots)
+      largest = {d.slots, named.name, d.step};
   return largest;
 }
 

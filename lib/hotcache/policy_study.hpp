@@ -36,7 +36,7 @@ struct NamedTrace {
     std::string_view first_seq_len_source = {});
 
 /// The step that needs the most hot-buffer slots at once for a hot buffer of `hot` slots
-/// (slots_needed); slots is 0 when no step needs any.
+/// (largest_step_demand over every stream); slots is 0 when no step needs any.
 struct LargestDemand {
   std::int64_t slots = 0;
   std::string stream;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/rng.hpp"
 #include "hotcache/hot_cache.hpp"
 #include "hotcache/policies.hpp"
 #include "support/error_message.hpp"
@@ -198,6 +199,36 @@ TEST(HotcachePolicies, ShortStepsNewestAndInvalidPositionsFollowTheSwapIn) {
   EXPECT_EQ(s.hits, 4);
   EXPECT_EQ(parse_policy("belady", "x"), ReplacementPolicy::belady);
   EXPECT_THROW((void)parse_policy("mru", "--policy"), Error);
+}
+
+// Positions from 2^24 up are indexed by a hash map instead of an array: a trace whose positions
+// beyond the hot buffer are moved up by 2^25 (order kept, so Belady's tie-break too) must give
+// the same hits and misses under every policy.
+TEST(HotcachePolicies, PositionsBeyondTheArrayLimitGiveTheSameCounts) {
+  Rng rng(11);
+  constexpr int kHot = 24;
+  constexpr std::int32_t kShift = 1 << 25;
+  SelectionTrace low, high;
+  for (int step = 0; step < 60; ++step) {
+    const std::int64_t seq_len = 200 + step;
+    V picks;
+    for (int e = 0; e < 16; ++e)
+      picks.push_back(static_cast<std::int32_t>(rng.below(e < 12 ? 48 : seq_len)) - (e == 0));
+    picks.push_back(static_cast<std::int32_t>(seq_len - 1));  // the newest token
+    V moved = picks;
+    for (auto& p : moved)
+      if (p >= kHot) p += kShift;
+    low.steps.push_back({seq_len, picks});
+    high.steps.push_back({seq_len + kShift, moved});
+  }
+  for (const auto policy : kReplacementPolicies) {
+    const PolicyStats a = simulate_policy(policy, low, kHot, 5);
+    const PolicyStats b = simulate_policy(policy, high, kHot, 5);
+    EXPECT_EQ(a.misses, b.misses) << name_of(policy);
+    EXPECT_EQ(a.hits, b.hits) << name_of(policy);
+    EXPECT_GT(a.misses, 0) << name_of(policy);
+  }
+  EXPECT_EQ(largest_step_demand(low, kHot).slots, largest_step_demand(high, kHot).slots);
 }
 
 TEST(HotcachePolicies, TraceFileRoundTripAndErrors) {
