@@ -176,19 +176,25 @@ PolicyStudy study_policies(const std::vector<NamedTrace>& streams,
     study.counted_steps = std::max(study.counted_steps, counted);
     study.stream_steps += counted;
   }
+  // Cell c is (hots[c / policies], policies[c % policies]); run i is stream i % streams of cell
+  // i / streams.
   const auto per_cell = static_cast<int>(streams.size());
   const auto cells = static_cast<int>(options.hots.size() * options.policies.size());
+  const auto hot_of = [&](int c) {
+    return options.hots[static_cast<std::size_t>(c) / options.policies.size()];
+  };
+  const auto policy_of = [&](int c) {
+    return options.policies[static_cast<std::size_t>(c) % options.policies.size()];
+  };
   const auto runs = parallel_map(cells * per_cell, options.threads, [&](int i) {
-    const int cell = i / per_cell;
-    const auto hot = options.hots[static_cast<std::size_t>(cell) / options.policies.size()];
-    const auto policy = options.policies[static_cast<std::size_t>(cell) % options.policies.size()];
-    return simulate_policy(policy, streams[static_cast<std::size_t>(i % per_cell)].trace, hot,
-                           options.seed, options.warmup_steps);
+    return simulate_policy(policy_of(i / per_cell),
+                           streams[static_cast<std::size_t>(i % per_cell)].trace,
+                           hot_of(i / per_cell), options.seed, options.warmup_steps);
   });
   for (int c = 0; c < cells; ++c) {
     PolicyStudyCell cell;
-    cell.hot = options.hots[static_cast<std::size_t>(c) / options.policies.size()];
-    cell.policy = options.policies[static_cast<std::size_t>(c) % options.policies.size()];
+    cell.hot = hot_of(c);
+    cell.policy = policy_of(c);
     cell.total.policy = cell.policy;
     cell.per_stream.assign(runs.begin() + static_cast<std::ptrdiff_t>(c) * per_cell,
                            runs.begin() + static_cast<std::ptrdiff_t>(c + 1) * per_cell);
