@@ -44,6 +44,25 @@ std::vector<std::array<std::string, 8>> table_rows(const json& doc) {
   return rows;
 }
 
+// The per-stream view: a header ("stream", then "<policy> @ <hot>" per cell) and one row per
+// stream of its miss rate in each cell, to see which layers or requests thrash.
+std::vector<std::vector<std::string>> per_stream_rows(const json& doc) {
+  std::vector<std::vector<std::string>> rows{{"stream"}};
+  for (const auto& name : doc.at("streams")) rows.push_back({name.get<std::string>()});
+  for (const auto& c : doc.at("cells")) {
+    rows[0].push_back(
+        fmt::format("{} @ {}", c.at("policy").get<std::string>(), c.at("hot").get<int>()));
+    const auto& per_stream = c.at("per_stream");
+    for (std::size_t s = 0; s < per_stream.size(); ++s) {
+      const auto hits = per_stream[s].at("hits").get<double>();
+      const auto misses = per_stream[s].at("misses").get<double>();
+      rows[s + 1].push_back(
+          hits + misses > 0 ? fmt::format("{:.2f}%", 100 * misses / (hits + misses)) : "-");
+    }
+  }
+  return rows;
+}
+
 // "N stream(s), S decode step(s) counted after W warm-up, selections of up to K positions".
 std::string summary_line(const json& doc) {
   return fmt::format(
@@ -142,7 +161,14 @@ std::string policy_study_markdown(const json& doc) {
   out += fmt::format("| {} |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
                      fmt::join(kColumns, " | "));
   for (const auto& r : table_rows(doc)) out += fmt::format("| {} |\n", fmt::join(r, " | "));
-  return out + fmt::format("\n{}.\n", note_line(doc));
+  out += fmt::format("\n{}.\n\n## Miss rate per stream\n\n", note_line(doc));
+  const auto streams = per_stream_rows(doc);
+  out += fmt::format("| {} |\n| --- |", fmt::join(streams[0], " | "));
+  for (std::size_t c = 1; c < streams[0].size(); ++c) out += " ---: |";
+  out += "\n";
+  for (std::size_t r = 1; r < streams.size(); ++r)
+    out += fmt::format("| {} |\n", fmt::join(streams[r], " | "));
+  return out;
 }
 
 std::string policy_study_html(const json& doc) {
@@ -185,6 +211,15 @@ std::string policy_study_html(const json& doc) {
   for (const auto& r : table_rows(doc)) {
     html += "<tr>";
     for (const auto& cell : r) html += fmt::format("<td>{}</td>", svg::escaped(cell));
+    html += "</tr>\n";
+  }
+  html += "</table>\n<h2>Miss rate per stream</h2>\n<table>\n";
+  const auto streams = per_stream_rows(doc);
+  for (std::size_t r = 0; r < streams.size(); ++r) {
+    html += "<tr>";
+    for (const auto& cell : streams[r])
+      html += r == 0 ? fmt::format("<th>{}</th>", svg::escaped(cell))
+                     : fmt::format("<td>{}</td>", svg::escaped(cell));
     html += "</tr>\n";
   }
   html += fmt::format(

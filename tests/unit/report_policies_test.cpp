@@ -79,6 +79,11 @@ TEST(ReportPolicies, TextMarkdownAndHtmlShowTheSameRows) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("Inputs: s.txt."), std::string::npos);
+  EXPECT_NE(md.find("## Miss rate per stream\n\n| stream | lru @ 2 | belady @ 2 | lru @ 4 | "
+                    "belady @ 4 |\n| --- | ---: | ---: | ---: | ---: |\n| s | 33.33% | 33.33% | "
+                    "33.33% | 33.33% |\n"),
+            std::string::npos)
+      << md;
 
   const std::string html = policy_study_html(doc);
   std::size_t svgs = 0;
@@ -89,6 +94,8 @@ TEST(ReportPolicies, TextMarkdownAndHtmlShowTheSameRows) {
                       "measurements."),
             std::string::npos);
   EXPECT_NE(html.find("<td>4</td><td>lru</td><td>33.33%</td>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><th>stream</th><th>lru @ 2</th>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>s</td><td>33.33%</td>"), std::string::npos);
   EXPECT_NE(html.find("<code>hisparse-bench policies s.txt --hot 2,4</code>"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, nothing to run
 }
