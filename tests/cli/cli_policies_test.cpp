@@ -143,41 +143,34 @@ TEST(CliPolicies, BadFlagsNameTheFlagAndTheFix) {
   std::filesystem::create_directories(dir.path);
   const auto file = dir.path / "sel.npy";
   write_npy_integers(file, NpyType::i32, {1, 2}, {0, 1});
-  const auto bench = [&](const std::string& flags) {
-    return run_bench(fmt::format("policies {} {}", file.string(), flags));
+  // The whole output of a refused command line (exit status 2).
+  const auto refused = [&](const std::string& flags) {
+    const auto r = run_bench(fmt::format("policies {} {}", file.string(), flags));
+    EXPECT_EQ(r.exit_code, 2) << flags;
+    return r.output;
   };
-  const auto no_len = bench("--hot 4");
-  EXPECT_EQ(no_len.exit_code, 2);
-  EXPECT_EQ(no_len.output,
+  EXPECT_EQ(refused("--hot 4"),
             fmt::format("error: {}: an .npy of positions does not say how long the sequences "
                         "were; give --seq-len the sequence length at the first recorded step (it "
                         "grows by one per step)\n",
                         file.string()));
-  const auto beyond = bench("--hot 4 --seq-len 1");  // position 1 at step 0 needs length 2
-  EXPECT_EQ(beyond.exit_code, 2);
-  EXPECT_EQ(beyond.output,
+  // Position 1 at step 0 needs a length of 2.
+  EXPECT_EQ(refused("--hot 4 --seq-len 1"),
             fmt::format("error: {} step 0 entry 1: position 1 is beyond the step's sequence "
                         "length 1 (the first recorded step's length 1 plus 0); give --seq-len the "
                         "sequence length the first recorded step really had (at least 2)\n",
                         file.string()));
-  const auto policy = bench("--hot 4 --seq-len 4 --policies lfu");
-  EXPECT_EQ(policy.exit_code, 2);
-  EXPECT_EQ(policy.output,
+  EXPECT_EQ(refused("--hot 4 --seq-len 4 --policies lfu"),
             "error: --policies: unknown replacement policy 'lfu'; use lru, fifo, random or "
             "belady\n");
-  const auto small = bench("--hot 1 --seq-len 4");
-  EXPECT_EQ(small.exit_code, 2);
-  EXPECT_EQ(small.output,
+  EXPECT_EQ(refused("--hot 1 --seq-len 4"),
             fmt::format("error: --hot: 1 slots cannot serve step 0 of {}, which needs 2 at once "
                         "(its distinct positions other than the newest token); give hot-buffer "
                         "sizes of at least 2\n",
                         file.string()));
-  const auto no_hot = bench("--seq-len 4");
-  EXPECT_EQ(no_hot.exit_code, 2);
-  EXPECT_NE(no_hot.output.find("--hot is required"), std::string::npos) << no_hot.output;
-  const auto rows = bench("--hot 4 --seq-len 4 --row-bytes 0");
-  EXPECT_EQ(rows.exit_code, 2);
-  EXPECT_EQ(rows.output,
+  const std::string no_hot = refused("--seq-len 4");
+  EXPECT_NE(no_hot.find("--hot is required"), std::string::npos) << no_hot;
+  EXPECT_EQ(refused("--hot 4 --seq-len 4 --row-bytes 0"),
             "error: --row-bytes: 0 is not a row size; give the bytes of one KV row, e.g. 656 (MLA "
             "fp8)\n");
 }
