@@ -4,6 +4,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "kernels/common/device_cache.hpp"
 #include "kernels/common/dynamic_shared.hpp"
 #include "kernels/common/host_gather_config.hpp"
 
@@ -118,12 +119,6 @@ __global__ void __launch_bounds__(32) gather_bulk_async(HostGatherArgs a, int la
 #endif
 }
 
-int multiprocessors() {
-  int device = 0, sms = 0;
-  HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
-  HISPARSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
 }  // namespace
 
 int host_gather_default_blocks_per_sm(HostReadMethod method) noexcept {

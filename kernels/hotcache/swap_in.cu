@@ -26,12 +26,15 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/cuda_check.hpp"
 #include "kernels/common/block_scan.cuh"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/device_cache.hpp"
 #include "kernels/common/dynamic_shared.hpp"
 #include "kernels/common/global_timer.cuh"
 #include "kernels/hotcache/swap_in.hpp"
@@ -1571,9 +1574,7 @@ std::size_t old_token_bytes(int hot) {
 // row's selection (figures in swap_in_config.hpp).
 int copy_grid(const SwapInArgs& a, bool spec) {
   if (a.copy_blocks > 0) return a.copy_blocks;
-  int device = 0, sms = 0;
-  HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
-  HISPARSE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = multiprocessors();
   const bool large = a.batch >= cfg::kLargeBatch && !spec;
   return sms * (large ? cfg::kCopyGridPerSmLarge : cfg::kCopyBlocksPerSm);
 }
@@ -1664,8 +1665,18 @@ void configure_swap_in(int top_k, int hot) {
   // for the old-token array of the residency bitmap.
   needed = std::min<std::size_t>(needed + cfg::kResolveFetchBytes + old_token_bytes(hot),
                                  cfg::kMaxResolveSharedBytes);
+  // One lookup per call rather than one per resolve instance (12): the limit every instance got
+  // on this device (allow_dynamic_shared never lowers one).
+  static std::mutex configured_mutex;
+  static std::map<int, std::size_t> configured;  // device -> bytes allowed to every instance
+  int device = 0;
+  HISPARSE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(configured_mutex);
+  std::size_t& allowed = configured[device];
+  if (needed <= allowed) return;
   for (const auto& by_slots : kResolveKernels)
     for (const ResolveKernel kernel : by_slots) allow_dynamic_shared(kernel, needed);
+  allowed = needed;
 }
 
 namespace {

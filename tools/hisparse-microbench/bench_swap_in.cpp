@@ -12,7 +12,8 @@
 // swap_in_spec/.../spec:0|1 (the copy's speculative gather from the residency bitmap) and
 // swap_in_code/.../path:<P>/icache:kept|evicted (the SMs' instruction caches as the last call
 // left them, or evicted before each call) and swap_in_enqueue/.../part:host_launch|host_graph
-// (the host time of enqueuing one call: CPU time, not GPU time).
+// (the host time of enqueuing one call: CPU time, not GPU time) and
+// swap_in_context/.../context:131072/path:<P> (rows past the direct table's 32K tokens).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -33,7 +34,7 @@ namespace hisparse::microbench {
 namespace {
 
 constexpr int kTopK = 2048;
-constexpr std::int64_t kContext = 32768;
+constexpr std::int64_t kContext = 32768;  ///< tokens per request unless a case says otherwise
 constexpr int kVariants =
     4;  ///< distinct selections cycled through, so L2 never holds a call's misses
 
@@ -90,6 +91,9 @@ struct SwapInCase {
   /// long: every row past `hot` (the real case); short: seq_len = hot (the no-I/O path); padding:
   /// no real rows (every row only writes -1).
   enum class Path { long_seq, short_seq, padding } path = Path::long_seq;
+  /// Tokens per request (seq_len of the long path); above kResolveDirectTokens (32K) the resolve
+  /// takes its general path.
+  std::int64_t context = kContext;
 };
 
 #if HISPARSE_WITH_CUDA
@@ -97,7 +101,7 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   const std::size_t pool_bytes = static_cast<std::size_t>(c.pool_gb) << 30;
   const Allocation& pool = cached_pinned_pool(pool_bytes);
   const std::size_t stride = c.stride > 0 ? c.stride : c.row_bytes;
-  const std::size_t region = static_cast<std::size_t>(kContext) * stride;
+  const std::size_t region = static_cast<std::size_t>(c.context) * stride;
   if (region > pool_bytes)
     throw Error("swap_in benchmark", "pool smaller than one request's region");
   // Spread the requests' regions over the whole pool (overlapping when the pool is small).
@@ -129,12 +133,12 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
                   hits[static_cast<std::size_t>(i) + rng.below(hot - static_cast<std::size_t>(i))]);
         sel[i] = hits[static_cast<std::size_t>(i)];
       }
-      std::vector<char> used(static_cast<std::size_t>(kContext), 0);
+      std::vector<char> used(static_cast<std::size_t>(c.context), 0);
       for (int i = kTopK - misses_per_request; i < kTopK; ++i) {
         std::int32_t t;
         do {
           t = static_cast<std::int32_t>(hot +
-                                        rng.below(static_cast<std::uint64_t>(kContext - 1) - hot));
+                                        rng.below(static_cast<std::uint64_t>(c.context - 1) - hot));
         } while (used[static_cast<std::size_t>(t)]);
         used[static_cast<std::size_t>(t)] = 1;
         sel[i] = t;
@@ -142,7 +146,7 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
     }
 
   // Residency bitmap: tokens 0..hot-1 are resident (slot s holds token s).
-  const std::size_t words = (static_cast<std::size_t>(kContext) + 31) / 32;
+  const std::size_t words = (static_cast<std::size_t>(c.context) + 31) / 32;
   std::vector<std::uint32_t> resident(batch * words, 0u);
   for (std::size_t b = 0; b < batch; ++b)
     for (std::size_t t = 0; t < hot; ++t) resident[b * words + t / 32] |= 1u << (t % 32);
@@ -156,7 +160,7 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   auto d_variants = device_copy(variants, "selections");
   auto d_sel = Buffer<std::int32_t>::device(batch * kTopK, Backend::cuda, "selection");
   const auto seq_len = static_cast<std::int32_t>(
-      c.path == SwapInCase::Path::short_seq ? static_cast<std::int64_t>(c.hot) : kContext);
+      c.path == SwapInCase::Path::short_seq ? static_cast<std::int64_t>(c.hot) : c.context);
   auto d_lens = device_copy(std::vector<std::int32_t>(batch, seq_len), "seq_lens");
   auto d_real = device_copy(
       std::vector<std::int32_t>{c.path == SwapInCase::Path::padding ? 0 : c.batch}, "num_real");
@@ -419,6 +423,19 @@ bool register_swap_in() {
                               fmt::format("/part:{}/path:{}", part_name(part), path_name(resolve)),
                           c);
           }
+  // Rows longer than the direct table (32K tokens) take the resolve's general path: inlined in
+  // swap_in_resolve, a called function in the compact kernel (direct_compact), whose cost on
+  // long rows decides whether the compact kernel can be the default.
+  for (int batch : {1, 64})
+    for (double miss : {0.001, 0.2})
+      for (ResolvePath resolve : {ResolvePath::direct, ResolvePath::direct_compact}) {
+        SwapInCase c{16, batch, 4096, 656, miss};
+        c.context = 131072;
+        c.resolve = resolve;
+        register_case(case_name("swap_in_context", c) +
+                          fmt::format("/context:{}/path:{}", c.context, path_name(resolve)),
+                      c);
+      }
   // Where the time goes inside the resolve block: phase stamps of block 0 (adds one barrier per
   // phase; the counters ph<k>_<phase>_us / _kcyc are means over the calls).
   for (int batch : {1, 64})
