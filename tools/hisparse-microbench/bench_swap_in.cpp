@@ -425,17 +425,22 @@ bool register_swap_in() {
           }
   // Rows longer than the direct table (32K tokens) take the resolve's general path: inlined in
   // swap_in_resolve, a called function in the compact kernel (direct_compact), whose cost on
-  // long rows decides whether the compact kernel can be the default.
-  for (int batch : {1, 64})
-    for (double miss : {0.001, 0.2})
-      for (ResolvePath resolve : {ResolvePath::direct, ResolvePath::direct_compact}) {
-        SwapInCase c{16, batch, 4096, 656, miss};
-        c.context = 131072;
-        c.resolve = resolve;
-        register_case(case_name("swap_in_context", c) +
-                          fmt::format("/context:{}/path:{}", c.context, path_name(resolve)),
-                      c);
-      }
+  // long rows decides whether the compact kernel can be the default. The resolve alone and the
+  // whole call, at 32K (the lean path) and 128K tokens.
+  for (std::int64_t context : {std::int64_t{32768}, std::int64_t{131072}})
+    for (int batch : {1, 64})
+      for (double miss : {0.001, 0.2})
+        for (Part part : {Part::full, Part::resolve})
+          for (ResolvePath resolve : {ResolvePath::direct, ResolvePath::direct_compact}) {
+            SwapInCase c{16, batch, 4096, 656, miss};
+            c.context = context;
+            c.part = part;
+            c.resolve = resolve;
+            register_case(case_name("swap_in_context", c) +
+                              fmt::format("/context:{}/part:{}/path:{}", c.context, part_name(part),
+                                          path_name(resolve)),
+                          c);
+          }
   // Where the time goes inside the resolve block: phase stamps of block 0 (adds one barrier per
   // phase; the counters ph<k>_<phase>_us / _kcyc are means over the calls).
   for (int batch : {1, 64})
