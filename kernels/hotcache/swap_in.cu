@@ -1642,12 +1642,16 @@ constexpr std::array<std::array<ResolveKernel, 3>, 4> kResolveKernels = {
 ResolveKernel resolve_instance(bool timed, bool spec, int compact_slots) {
   return kResolveKernels[(timed ? 2 : 0) + (spec ? 1 : 0)][compact_slots / 4];
 }
-// The compact instance's slots per thread (ResolvePath::direct_compact, where the lean path may
-// run at all: else it would only add a call), 0 for the inlined kernel.
+// The compact instance's slots per thread, where the lean path may run at all (else it would
+// only add a call): for ResolvePath::direct_compact, and for direct when every row is known to
+// fit the direct table (SwapInArgs::max_seq_len), so that no row takes the compact kernel's
+// slower called general path. 0 for the inlined kernel.
 int compact_slots(const SwapInArgs& a, const ResolveShape& shape) {
   constexpr int kTile = cfg::kResolveThreads * cfg::kResolveItems;
-  if (a.resolve != ResolvePath::direct_compact || !shape.lean || shape.fetch_rows > 0 ||
-      a.top_k > kTile || a.hot > 2 * kTile)
+  const bool rows_fit = a.max_seq_len > 0 && a.max_seq_len <= shape.direct_tokens;
+  const bool compact =
+      a.resolve == ResolvePath::direct_compact || (a.resolve == ResolvePath::direct && rows_fit);
+  if (!compact || !shape.lean || shape.fetch_rows > 0 || a.top_k > kTile || a.hot > 2 * kTile)
     return 0;
   return a.hot <= kTile ? kItems : 2 * kItems;
 }

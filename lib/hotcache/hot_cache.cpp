@@ -120,6 +120,7 @@ kernels::SwapInArgs HotCache::kernel_args(int layer, const SwapInStep& step) con
   a.top_k = config_.top_k;
   a.hot = config_.hot;
   a.resolve = config_.resolve;
+  a.max_seq_len = config_.capacity;  // admit() refuses longer sequences
   return a;
 }
 

@@ -39,6 +39,7 @@ struct Shape {
   int sort_misses_from = -1;
   int copy_rows_per_chunk = -1;
   kernels::ResolvePath resolve = kernels::ResolvePath::direct;
+  std::int64_t max_seq_len = 0;  ///< SwapInArgs::max_seq_len (0: unknown)
   bool fetch_in_resolve = true;  ///< MissPlan::fetched
   bool early_handoff = false;    ///< MissPlan::ready
   /// A residency bitmap and MissPlan::entry_slot (kept on every path; with early_handoff the
@@ -216,6 +217,7 @@ class Harness {
     a.sort_misses_from = s_.sort_misses_from;
     a.copy_rows_per_chunk = s_.copy_rows_per_chunk;
     a.resolve = s_.resolve;
+    a.max_seq_len = s_.max_seq_len;
     const auto request_stride = static_cast<std::size_t>(s_.capacity) * s_.row_stride;
     if (device) {
       a.selected = d_sel_.device_data();
@@ -565,6 +567,22 @@ TEST(HotcacheSwapInGpu, CompactResolveKernelOnlyWhereTheLeanPathCanRun) {
   EXPECT_EQ(kernel(ResolvePath::direct_compact, 4100, 4100, false), "swap_in_resolve");
   EXPECT_EQ(kernel(ResolvePath::direct_compact, 2048, 12288, false), "swap_in_resolve");
   EXPECT_EQ(kernel(ResolvePath::direct_compact, 2048, 4096, true), "swap_in_resolve");
+  // direct takes the compact kernel only when every row is known to fit the direct table
+  // (SwapInArgs::max_seq_len, HotCache's capacity), and stays exact there.
+  auto bounded = [&s](std::int64_t max_seq_len) {
+    Shape t = s;
+    t.max_seq_len = max_seq_len;
+    return t;
+  };
+  for (const auto& [max_seq_len, name] :
+       {std::pair<std::int64_t, const char*>{32768, "swap_in_resolve_compact<4>"},
+        {32769, "swap_in_resolve"},
+        {0, "swap_in_resolve"}}) {
+    Harness h(bounded(max_seq_len), 5);
+    EXPECT_EQ(kernels::swap_in_resolve_kernel(h.args(true)), name) << max_seq_len;
+  }
+  Harness h(bounded(32768), 77);
+  run_steps(h, 6, "direct with rows bounded by the direct table");
 #endif
 }
 

@@ -200,6 +200,10 @@ void run_swap_in(benchmark::State& state, const SwapInCase& c) {
   if (c.copy_blocks_per_sm > 0) a.copy_blocks = c.copy_blocks_per_sm * sm_count();
   a.copy_rows_per_chunk = c.copy_rows_per_chunk;
   a.resolve = c.resolve.value_or(default_resolve());
+  // A case on the library's default path knows its rows' length, as HotCache passes its pool
+  // capacity; a case that names its path (swap_in_path, swap_in_code, ...) runs exactly that
+  // kernel.
+  if (!c.resolve) a.max_seq_len = seq_len;
   constexpr int kStamps = kernels::kSwapInPhaseStamps;
   auto d_stamps = Buffer<std::uint64_t>::device(2 * kStamps, Backend::cuda, "phase stamps");
   if (c.phases) a.phase_stamps = d_stamps.device_data();
