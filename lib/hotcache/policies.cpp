@@ -107,6 +107,17 @@ class DemandReader {
     }
     return d_;
   }
+  /// read(), for a simulation: throws when step `index` needs more slots at once than the hot
+  /// buffer has, so that no separate validation pass reads every step again.
+  const StepDemand& read_servable(const TraceStep& step, std::size_t index) {
+    const StepDemand& d = read(step);
+    if (d.tokens.size() > static_cast<std::size_t>(hot_))
+      throw Error(
+          fmt::format("policy analysis: trace step {}", index),
+          fmt::format("more distinct selected positions than the {} slots of the hot buffer", hot_),
+          "use hot >= top_k");
+    return d;
+  }
 
  private:
   int hot_;
@@ -165,7 +176,7 @@ PolicyStats simulate_ordered(ReplacementPolicy policy, const SelectionTrace& tra
   std::vector<char> hit(static_cast<std::size_t>(hot));
   std::vector<std::int32_t> misses, next, taken, hits;
   for (std::size_t i = 0; i < trace.steps.size(); ++i) {
-    const StepDemand& d = demand.read(trace.steps[i]);
+    const StepDemand& d = demand.read_servable(trace.steps[i], i);
     cache.split(d, hit, misses);
     next.clear();
     taken.clear();
@@ -198,7 +209,7 @@ PolicyStats simulate_random(const SelectionTrace& trace, int hot, std::uint64_t 
   std::vector<char> hit(static_cast<std::size_t>(hot));
   std::vector<std::int32_t> misses, evictable;
   for (std::size_t i = 0; i < trace.steps.size(); ++i) {
-    const StepDemand& d = demand.read(trace.steps[i]);
+    const StepDemand& d = demand.read_servable(trace.steps[i], i);
     cache.split(d, hit, misses);
     evictable.clear();
     for (std::int32_t s = 0; s < hot; ++s)
@@ -221,7 +232,8 @@ PolicyStats simulate_belady(const SelectionTrace& trace, int hot, std::int64_t w
   std::vector<StepDemand> demand;
   demand.reserve(trace.steps.size());
   DemandReader reader(trace, hot);
-  for (const auto& step : trace.steps) demand.push_back(reader.read(step));
+  for (std::size_t i = 0; i < trace.steps.size(); ++i)
+    demand.push_back(reader.read_servable(trace.steps[i], i));
   // The step after step i at which each of its tokens is demanded next (kNever: not again),
   // from a backward scan; after it, `next_seen` holds each token's first use.
   constexpr std::int32_t kNever = std::numeric_limits<std::int32_t>::max();
@@ -287,11 +299,6 @@ PolicyStats simulate_policy(ReplacementPolicy policy, const SelectionTrace& trac
   if (hot < 1)
     throw Error("policy analysis: hot", fmt::format("hot buffer of {} slots", hot),
                 "use at least 1 slot");
-  if (const StepsDemand d = largest_step_demand(trace, hot); d.slots > hot)
-    throw Error(
-        fmt::format("policy analysis: trace step {}", d.step),
-        fmt::format("more distinct selected positions than the {} slots of the hot buffer", hot),
-        "use hot >= top_k");
   switch (policy) {
     case ReplacementPolicy::lru:
     case ReplacementPolicy::fifo:

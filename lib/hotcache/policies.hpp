@@ -57,7 +57,8 @@ inline constexpr ReplacementPolicy kReplacementPolicies[] = {
 
 /// Simulates one policy. The cache starts as HotCache::admit leaves it: slot s holds token s.
 /// The first `warmup_steps` steps change the cache but are not counted in the stats (a trace
-/// recorded mid-run starts from a cache it did not fill).
+/// recorded mid-run starts from a cache it did not fill). Throws Error naming the first step
+/// that needs more slots at once than `hot` (largest_step_demand).
 [[nodiscard]] PolicyStats simulate_policy(ReplacementPolicy policy, const SelectionTrace& trace,
                                           int hot, std::uint64_t seed = 1,
                                           std::int64_t warmup_steps = 0);

@@ -231,6 +231,20 @@ TEST(HotcachePolicies, PositionsBeyondTheArrayLimitGiveTheSameCounts) {
   EXPECT_EQ(largest_step_demand(low, kHot).slots, largest_step_demand(high, kHot).slots);
 }
 
+TEST(HotcachePolicies, AStepNeedingMoreSlotsThanTheBufferIsRefusedByEveryPolicy) {
+  // Step 1 needs 3 slots at once (the newest token 99 needs none); hot 2 cannot serve it.
+  const auto trace = trace_of({{5, 99}, {1, 2, 3, 99}});
+  for (const auto policy : kReplacementPolicies)
+    EXPECT_EQ(test::error_message([&] { (void)simulate_policy(policy, trace, 2); }),
+              "policy analysis: trace step 1: more distinct selected positions than the 2 slots "
+              "of the hot buffer; use hot >= top_k")
+        << name_of(policy);
+  // Hot 3 holds {0, 1, 2}: 5 evicts 0, then 1 and 2 hit and 3 misses.
+  EXPECT_EQ(simulate_policy(ReplacementPolicy::lru, trace, 3).misses, 2);
+  EXPECT_EQ(largest_step_demand(trace, 2).slots, 3);
+  EXPECT_EQ(largest_step_demand(trace, 2).step, 1);
+}
+
 TEST(HotcachePolicies, TraceFileRoundTripAndErrors) {
   const auto dir = std::filesystem::temp_directory_path();
   const auto path = dir / "hotcache_trace_test.txt";
