@@ -61,7 +61,6 @@ std::vector<NamedTrace> read_index_dump(const std::filesystem::path& path,
                      "the sequence length at the first recorded step (it grows by one per "
                      "step)"));
 
-  const std::vector<std::int64_t> values = a.integers();
   std::vector<NamedTrace> out(static_cast<std::size_t>(streams));
   for (std::int64_t s = 0; s < streams; ++s) {
     NamedTrace& named = out[static_cast<std::size_t>(s)];
@@ -71,9 +70,9 @@ std::vector<NamedTrace> read_index_dump(const std::filesystem::path& path,
       TraceStep& step = named.trace.steps[static_cast<std::size_t>(t)];
       step.seq_len = first_seq_len + t;
       step.selected.resize(static_cast<std::size_t>(top_k));
-      const std::int64_t* row = values.data() + (s * steps + t) * top_k;
+      const auto row = static_cast<std::size_t>((s * steps + t) * top_k);
       for (std::int64_t e = 0; e < top_k; ++e) {
-        const std::int64_t pos = row[e];
+        const std::int64_t pos = a.integer(row + static_cast<std::size_t>(e));
         if (pos >= step.seq_len)
           throw Error(fmt::format("{} step {} entry {}", named.name, t, e),
                       fmt::format("position {} is beyond the step's sequence length {} (the first "

@@ -285,14 +285,17 @@ std::vector<float> NpyArray::floats() const {
   return out;
 }
 
-std::vector<std::int64_t> NpyArray::integers() const {
+std::int64_t NpyArray::integer(std::size_t i) const {
   if (!npy_is_integer(type))
     throw Error("NpyArray::integers",
                 fmt::format("the array holds '{}', not integers", npy_descr(type)),
                 "check npy_is_integer(type) before asking for integers");
-  const std::size_t n = data.size() / npy_item_size(type);
-  std::vector<std::int64_t> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = integer_at(data.data(), type, i);
+  return integer_at(data.data(), type, i);
+}
+
+std::vector<std::int64_t> NpyArray::integers() const {
+  std::vector<std::int64_t> out(data.size() / npy_item_size(type));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = integer(i);
   return out;
 }
 

@@ -37,6 +37,9 @@ struct NpyArray {
   [[nodiscard]] std::vector<float> floats() const;
   /// Every element of an integer array (i32, i64); throws Error for a float array.
   [[nodiscard]] std::vector<std::int64_t> integers() const;
+  /// Element i (< elements()) of an integer array, without copying the others; throws Error for
+  /// a float array.
+  [[nodiscard]] std::int64_t integer(std::size_t i) const;
 };
 
 /// Parses a whole .npy file held in memory; `where` names it in errors (usually the path).
