@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -58,10 +61,97 @@ Error Runner::nothing_fits(const CapacityModel& capacity, Mode mode, const Capac
                   rows_on_gpu ? ", or use hisparse, which keeps the rows in host memory" : ""));
 }
 
+struct Runner::Measured {
+  PointMetrics metrics;
+  std::vector<double> step_ms;
+  std::map<std::string, std::vector<double>> phases;
+};
+
+namespace {
+
+/// FNV-1a over the tokens' bytes, continued from `hash`.
+std::uint64_t fnv1a(std::uint64_t hash, const std::vector<std::int32_t>& tokens) {
+  for (const std::int32_t t : tokens)
+    for (int byte = 0; byte < 4; ++byte) {
+      hash ^= (static_cast<std::uint32_t>(t) >> (8 * byte)) & 0xffu;
+      hash *= 0x100000001b3ull;
+    }
+  return hash;
+}
+
+/// Step times and phases over the samples, and the figures derived from them.
+void set_timings(PointMetrics& m, const std::vector<double>& step_ms,
+                 std::map<std::string, std::vector<double>> phases) {
+  m.step_ms = summarize(step_ms);
+  m.tpot_ms = m.step_ms.median;
+  m.output_tokens_per_s = m.step_ms.median > 0 ? m.running / (m.step_ms.median * 1e-3) : 0.0;
+  m.phase_ms.clear();
+  for (auto& [phase, v] : phases) m.phase_ms[phase] = percentile(std::move(v), 50);
+}
+
+/// The first deterministic metric in which `again` differs from `first`, as "name (a vs b)".
+std::string deterministic_difference(const PointMetrics& first, const PointMetrics& again) {
+  const std::pair<const char*, std::pair<double, double>> numbers[] = {
+      {"hits", {static_cast<double>(first.hits), static_cast<double>(again.hits)}},
+      {"misses", {static_cast<double>(first.misses), static_cast<double>(again.misses)}},
+      {"bytes_h2d_per_step", {first.bytes_h2d_per_step, again.bytes_h2d_per_step}},
+      {"bytes_scanned_per_step", {first.bytes_scanned_per_step, again.bytes_scanned_per_step}},
+      {"bits_per_token", {first.bits_per_token, again.bits_per_token}},
+      {"selection_recall", {first.selection_recall, again.selection_recall}},
+      {"attention_rel_error", {first.attention_rel_error, again.attention_rel_error}}};
+  for (const auto& [name, values] : numbers)
+    if (values.first != values.second)
+      return fmt::format("{} ({} vs {})", name, values.first, values.second);
+  if (first.next_tokens_digest != again.next_tokens_digest)
+    return fmt::format("next_tokens_digest ({} vs {})", first.next_tokens_digest,
+                       again.next_tokens_digest);
+  return "";
+}
+
+}  // namespace
+
 PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup_steps,
-                         int decode_steps, const Progress& progress, const Inspect& inspect) const {
+                         int decode_steps, const Progress& progress, const Inspect& inspect,
+                         int repetitions) const {
   HISPARSE_FUNC_RANGE();
+  repetitions = std::max(repetitions, 1);
+  const int per_repetition = warmup_steps + decode_steps;
   PointMetrics m;
+  std::vector<double> step_ms;
+  std::map<std::string, std::vector<double>> phases;
+  for (int r = 0; r < repetitions; ++r) {
+    const Progress counted = [&](int done, int) {
+      if (progress) progress(r * per_repetition + done, repetitions * per_repetition);
+    };
+    Measured once = run_once(model, config, warmup_steps, decode_steps, counted,
+                             r + 1 == repetitions ? inspect : Inspect{});
+    if (r == 0) {
+      m = once.metrics;
+    } else if (const std::string d = deterministic_difference(m, once.metrics); !d.empty()) {
+      throw Error(fmt::format("{} {} at context {}", model.name, name_of(config.mode),
+                              config.context_length),
+                  fmt::format("repetition {} differs from the first in {}, though the seed is "
+                              "the same",
+                              r + 1, d),
+                  "run with repetitions: 1 and report the scenario: the engine must decode the "
+                  "same for a seed");
+    }
+    m.repetition_tokens_per_s.push_back(once.metrics.output_tokens_per_s);
+    m.repetition_step_ms_median.push_back(once.metrics.step_ms.median);
+    step_ms.insert(step_ms.end(), once.step_ms.begin(), once.step_ms.end());
+    for (auto& [phase, v] : once.phases)
+      phases[phase].insert(phases[phase].end(), v.begin(), v.end());
+  }
+  m.repetitions = repetitions;
+  set_timings(m, step_ms, std::move(phases));
+  return m;
+}
+
+Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, int warmup_steps,
+                                  int decode_steps, const Progress& progress,
+                                  const Inspect& inspect) const {
+  Measured measured;
+  PointMetrics& m = measured.metrics;
   m.requested = config.concurrency;
   config.backend = backend_;
 
@@ -95,8 +185,10 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
   const bool wall_clock = backend_ == Backend::cpu;
   m.timing = wall_clock ? "cpu wall clock per step (CPU backend, not GPU figures)"
                         : "cuda events per step (DecodeEngine StepStats)";
-  std::vector<double> step_ms, recalls, errors;
-  std::map<std::string, std::vector<double>> phases;
+  std::vector<double>& step_ms = measured.step_ms;
+  std::vector<double> recalls, errors;
+  std::map<std::string, std::vector<double>>& phases = measured.phases;
+  std::uint64_t tokens_hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis
   double h2d = 0, scanned = 0, plan_bits = 0;
   std::int64_t plans = 0, active_channels = 0;
   for (int s = 0; s < total; ++s) {
@@ -118,13 +210,12 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
       plans += st.plans;
       plan_bits += st.plan_bits;
       active_channels += st.plan_active_channels;
+      tokens_hash = fnv1a(tokens_hash, st.next_tokens);
     }
     if (progress) progress(s + 1, total);
   }
-  m.step_ms = summarize(step_ms);
-  m.tpot_ms = m.step_ms.median;
-  m.output_tokens_per_s = m.step_ms.median > 0 ? m.running / (m.step_ms.median * 1e-3) : 0.0;
-  for (auto& [phase, v] : phases) m.phase_ms[phase] = percentile(v, 50);
+  set_timings(m, step_ms, phases);
+  m.next_tokens_digest = fmt::format("{:016x}", tokens_hash);
   if (m.hits + m.misses > 0)
     m.hit_rate = static_cast<double>(m.hits) / static_cast<double>(m.hits + m.misses);
   m.bytes_h2d_per_step = decode_steps > 0 ? h2d / decode_steps : 0;
@@ -139,7 +230,7 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
   analyse_policy(engine, config, m);
   m.policy_steps = engine.hot_slots() > 0 ? total : 0;
   if (inspect) inspect(engine);
-  return m;
+  return measured;
 }
 
 void analyse_policy(const DecodeEngine& engine, const EngineConfig& config, PointMetrics& m) {
@@ -195,7 +286,12 @@ void to_json(nlohmann::json& j, const PointMetrics& m) {
       {"gpu_bytes_per_request", m.gpu_bytes_per_request},
       {"planned_gpu_bytes_per_request", m.planned_gpu_bytes_per_request},
       {"planned_host_bytes_per_request", m.planned_host_bytes_per_request},
-      {"workload_notes", m.workload_notes}};
+      {"workload_notes", m.workload_notes},
+      {"next_tokens_digest", m.next_tokens_digest}};
+  if (m.repetitions > 1)
+    j["repetitions"] = {{"count", m.repetitions},
+                        {"output_tokens_per_s", m.repetition_tokens_per_s},
+                        {"step_ms.median", m.repetition_step_ms_median}};
 }
 
 }  // namespace hisparse

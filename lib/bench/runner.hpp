@@ -67,6 +67,15 @@ struct PointMetrics {
   std::size_t planned_host_bytes_per_request = 0;
   std::int64_t admitted = 0;                ///< CapacityModel max concurrency for the budget
   std::vector<std::string> workload_notes;  ///< e.g. what a replayed capture did not hold
+  /// FNV-1a (64 bit, hex) of every measured step's greedy next token per request, in order: the
+  /// same for a fixed seed on any machine of one backend, so a gate sees a changed decode.
+  std::string next_tokens_digest;
+  /// Repetitions of the point (each a fresh engine, warm-up included): their tokens/s and median
+  /// step times, for the gate's rank test. step_ms and the figures above cover every
+  /// repetition's measured steps; the deterministic metrics are checked equal across them.
+  int repetitions = 1;
+  std::vector<double> repetition_tokens_per_s;
+  std::vector<double> repetition_step_ms_median;
 };
 
 void to_json(nlohmann::json& j, const PointMetrics& m);
@@ -85,11 +94,13 @@ class Runner {
   /// Called once after the last step with the engine, e.g. to save its selection traces.
   using Inspect = std::function<void(const DecodeEngine&)>;
 
-  /// Measures one point. Throws Error when not one request fits, the engine fails, or `inspect`
-  /// throws.
+  /// Measures one point `repetitions` times (a fresh engine each time; progress counts the
+  /// steps of all of them, `inspect` sees the last engine). Throws Error when not one request
+  /// fits, the engine fails, a repetition's deterministic metrics differ from the first's, or
+  /// `inspect` throws.
   [[nodiscard]] PointMetrics run(const ModelSpec& model, EngineConfig config, int warmup_steps,
                                  int decode_steps, const Progress& progress = {},
-                                 const Inspect& inspect = {}) const;
+                                 const Inspect& inspect = {}, int repetitions = 1) const;
 
   [[nodiscard]] const MemoryBudget& budget() const noexcept { return budget_; }
 
@@ -98,6 +109,12 @@ class Runner {
   [[nodiscard]] Error nothing_fits(const CapacityModel& capacity, Mode mode, const CapacityQuery& q,
                                    const RequestFootprint& footprint,
                                    const std::string& model) const;
+
+  /// One repetition: its metrics and the raw samples the repetitions are pooled from.
+  struct Measured;
+  [[nodiscard]] Measured run_once(const ModelSpec& model, EngineConfig config, int warmup_steps,
+                                  int decode_steps, const Progress& progress,
+                                  const Inspect& inspect) const;
 
   Backend backend_;
   MemoryBudget budget_;

@@ -1,10 +1,9 @@
-// Regression gate over two results.json documents (`hisparse-bench compare BASE NEW`). Points are
-// matched by their values of the swept axes (the union of both runs' axes, read from each point's
-// config). A change is significant only when it exceeds both the threshold and the measured
-// noise, nvbench style: noise = the larger relative step-time spread (p90 - p10) / median of the
-// two points for the timing metrics; the selection metrics (recall, attention error, hit rate,
-// bytes moved, bits read) are deterministic for a seed and have no noise allowance. A worse
-// significant change, or a point that ran in BASE and failed in NEW, is a regression.
+// `hisparse-bench compare BASE NEW`: the regression gate (gate.hpp) on one metric of two
+// results.json files, without a gate file. Points are matched by their values of the swept axes;
+// runs of different scenarios are compared (a config that differs outside the axes is noted).
+// A timing metric's change counts when it exceeds the threshold and the rank test or the
+// repetitions' spread (or, for a single run, the step-time p10..p90 spread) says it is real; the
+// selection metrics are deterministic for a seed and are judged against the threshold alone.
 #pragma once
 
 #include <string>
@@ -12,6 +11,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "report/gate.hpp"
 
 namespace hisparse {
 
@@ -32,9 +33,8 @@ enum class CompareMetric {
 /// Every metric's name, in the order above.
 [[nodiscard]] std::vector<std::string> compare_metric_names();
 [[nodiscard]] bool higher_is_better(CompareMetric m) noexcept;
-/// Step-time metrics: a value on every ok point, judged against the step-time noise. The others
-/// may be null where a mode does not measure them (recall of a dense point): such points are not
-/// compared, and a comparison in which no point has the metric is refused.
+/// Step-time metrics: judged as timings. The others are deterministic and may be null where a
+/// mode does not measure them (recall of a dense point).
 [[nodiscard]] bool is_timing(CompareMetric m) noexcept;
 
 struct CompareOptions {
@@ -43,46 +43,21 @@ struct CompareOptions {
   bool allow_different_devices = false;
 };
 
-enum class Verdict {
-  same,         ///< |delta| within the threshold
-  noise,        ///< beyond the threshold but within the noise
-  improvement,  ///< significant and better
-  regression,   ///< significant and worse
-  failed,       ///< ok in BASE, failed in NEW (a regression)
-  not_compared  ///< failed in BASE, in one run only, or no baseline value
-};
-[[nodiscard]] std::string_view name_of(Verdict v) noexcept;
-
-struct PointComparison {
-  std::string point;  ///< axis values, e.g. "mode=dense concurrency=4" ("(single point)" if none)
-  double base = 0, next = 0;
-  double delta_pct = 0;  ///< (NEW - BASE) / BASE in percent
-  double noise_pct = 0;
-  Verdict verdict = Verdict::same;
-  std::string note;  ///< e.g. "only in NEW", "failed in NEW: ...", "config differs: ..."
-};
-
-struct Comparison {
-  CompareOptions options;
-  std::vector<std::string> axes;
-  std::vector<PointComparison> points;
-  nlohmann::json base_run, new_run;  ///< label, backend, device, git revision, start time
-  std::vector<std::string> warnings;
-  int regressions = 0;
-  int improvements = 0;
-  [[nodiscard]] bool regressed() const noexcept { return regressions > 0; }
-};
+/// The gate's rule for the metric: a timing's minimum effect, or a selection metric's relative
+/// tolerance, both `threshold_pct`, in the metric's direction.
+[[nodiscard]] GateMetric gate_metric_of(const CompareOptions& options);
 
 /// Compares `next` against `base` (validated results documents, see load_results). The labels
 /// name them in messages. Throws Error (bad input) when backends or devices differ (unless
-/// allowed), when no point matches, or when an ok point lacks the metric.
-[[nodiscard]] Comparison compare_results(const nlohmann::json& base, const nlohmann::json& next,
-                                         const CompareOptions& options,
-                                         const std::string& base_label,
-                                         const std::string& new_label);
+/// allowed), when no point matches, or when no point in both runs measures a selection metric.
+[[nodiscard]] GateOutcome compare_results(const nlohmann::json& base, const nlohmann::json& next,
+                                          const CompareOptions& options,
+                                          const std::string& base_label,
+                                          const std::string& new_label);
 
-/// Human-readable table and a one-line verdict.
-[[nodiscard]] std::string comparison_text(const Comparison& c);
-[[nodiscard]] nlohmann::json to_json(const Comparison& c);
+/// The one-line header (metric, direction, threshold, how noise is judged) and the gate's table
+/// with every point.
+[[nodiscard]] std::string comparison_text(const GateOutcome& outcome,
+                                          const CompareOptions& options);
 
 }  // namespace hisparse

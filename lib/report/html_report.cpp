@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -148,15 +149,46 @@ std::string unit_of(const json& results) {
   return text_of(at(at(results, "metadata"), "backend")) == "cuda" ? "GPU" : "CPU";
 }
 
+/// A point's regression-gate verdicts (a `gate` overlay, see report/gate.hpp) as one mark: a red
+/// down-triangle when one fails the gate, else a green up-triangle for an improvement, else an
+/// amber question mark for an ambiguous timing; nothing when every verdict is `same`.
+std::optional<svg::Mark> gate_mark(const json& p, double x, double y) {
+  const json& rows = at(p, "gate");
+  if (!rows.is_array()) return std::nullopt;
+  bool failing = false, improved = false, ambiguous = false;
+  std::string tip;
+  for (const auto& r : rows) {
+    const std::string verdict = text_of(at(r, "verdict"));
+    if (verdict == "same" || verdict == "not_measured") continue;
+    failing = failing || at(r, "fails") == json(true);
+    improved = improved || verdict == "faster" || verdict == "better";
+    ambiguous = ambiguous || verdict == "ambiguous";
+    const json& delta = at(r, "delta_pct");
+    tip +=
+        fmt::format("{}{} {}{}", tip.empty() ? "gate: " : "; ", text_of(at(r, "metric")), verdict,
+                    delta.is_number() ? fmt::format(" {:+.1f}%", delta.get<double>()) : "");
+  }
+  if (tip.empty()) return std::nullopt;
+  if (failing) return svg::Mark{x, y, "\u25BC", "#c62828", tip};
+  if (improved) return svg::Mark{x, y, "\u25B2", "#2e7d32", tip};
+  if (ambiguous) return svg::Mark{x, y, "?", "#ef6c00", tip};
+  return svg::Mark{x, y, "\u2022", "#555", tip};
+}
+
 Figure throughput_figure(const Points& pts, const std::string& unit) {
   Figure f{"throughput", {}, {}, {}};
   const auto keys = pts.varying(pts.ok(), {"concurrency"});
   SeriesBuilder b;
-  for (const auto& p : pts.ok())
-    b.add(pts.label(p, keys), number(at(at(p, "config"), "concurrency")),
-          number(at(at(p, "metrics"), "output_tokens_per_s")));
-  const svg::XYChart chart = line_chart("Throughput vs concurrency", "concurrency (requests)",
-                                        "output tokens/s", b.take());
+  std::vector<svg::Mark> marks;
+  for (const auto& p : pts.ok()) {
+    const double x = number(at(at(p, "config"), "concurrency"));
+    const double y = number(at(at(p, "metrics"), "output_tokens_per_s"));
+    b.add(pts.label(p, keys), x, y);
+    if (auto mark = gate_mark(p, x, y)) marks.push_back(std::move(*mark));
+  }
+  svg::XYChart chart = line_chart("Throughput vs concurrency", "concurrency (requests)",
+                                  "output tokens/s", b.take());
+  chart.marks = marks;
   if (pts.ok().empty()) {
     f.note = "Throughput vs concurrency: no successful points.";
     return f;
@@ -164,8 +196,12 @@ Figure throughput_figure(const Points& pts, const std::string& unit) {
   f.svg = svg::render(chart);
   f.caption = fmt::format(
       "Output tokens/s (running requests / median {} step time) against concurrency, one line "
-      "per mode (and per other setting that varies)",
-      unit);
+      "per mode (and per other setting that varies){}",
+      unit,
+      marks.empty() ? ""
+                    : "; the regression gate's verdicts on the new run's points: \u25BC fails "
+                      "the gate (slower, worse, changed, failed), \u25B2 better, ? a timing "
+                      "the repetitions cannot decide (hover a mark for its metrics)");
   return f;
 }
 
@@ -367,12 +403,29 @@ std::string cell(const json& v, const char* format = "{:.4g}") {
   return svg::escaped(text_of(v));
 }
 
+/// The verdicts of a gated point that are not `same`, the failing ones in the failure style.
+std::string gate_cell(const json& p) {
+  std::string out;
+  for (const auto& r : at(p, "gate")) {
+    const std::string verdict = text_of(at(r, "verdict"));
+    if (verdict == "same" || verdict == "not_measured") continue;
+    const std::string text = svg::escaped(text_of(at(r, "metric")) + " " + verdict);
+    out += (out.empty() ? "" : ", ") +
+           (at(r, "fails") == json(true) ? "<span class=\"failed\">" + text + "</span>" : text);
+  }
+  return out.empty() && at(p, "gate").is_array() ? "same" : out;
+}
+
 std::string points_table(const json& results, const Points& pts) {
   const json& points = at(results, "points");
   std::string out =
       "<table>\n<tr><th>#</th><th>model</th><th>mode</th><th>concurrency</th><th>context</th>"
       "<th>top_k</th><th>hot</th><th>status</th><th>tok/s</th><th>step ms median</th>"
-      "<th>p10</th><th>p90</th><th>running / queued</th><th>hit rate</th></tr>\n";
+      "<th>p10</th><th>p90</th><th>running / queued</th><th>hit rate</th>{}</tr>\n";
+  const bool gated =
+      points.is_array() && std::any_of(points.begin(), points.end(),
+                                       [](const json& p) { return at(p, "gate").is_array(); });
+  out = fmt::format(fmt::runtime(out), gated ? "<th>gate</th>" : "");
   if (!points.is_array()) return out + "</table>\n";
   for (const auto& p : points) {
     const json& c = at(p, "config");
@@ -382,7 +435,7 @@ std::string points_table(const json& results, const Points& pts) {
     const json& hit = at(m, "hit_rate");
     out += fmt::format(
         "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}</tr>\n",
         cell(at(p, "index")),
         svg::escaped(pts.value(p, "source").empty()
                          ? text_of(at(c, "model"))
@@ -397,7 +450,8 @@ std::string points_table(const json& results, const Points& pts) {
         ok ? fmt::format("{} / {}", text_of(at(m, "running_requests")),
                          text_of(at(m, "queued_requests")))
            : "",
-        hit.is_number() ? fmt::format("{:.1f}%", 100 * hit.get<double>()) : "-");
+        hit.is_number() ? fmt::format("{:.1f}%", 100 * hit.get<double>()) : "-",
+        gated ? "<td>" + gate_cell(p) + "</td>" : "");
   }
   return out + "</table>\n";
 }

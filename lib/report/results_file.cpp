@@ -19,26 +19,43 @@ namespace hisparse {
 using json_lookup::at;
 using nlohmann::json;
 
+json read_json_file(const std::filesystem::path& path, const std::string& fix) {
+  const std::string where = path.string();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(where, "is a folder, not a JSON file", fix);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(where, fmt::format("cannot read the file ({})", std::strerror(errno)), fix);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    std::string why = e.what();
+    if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
+    throw Error(where, fmt::format("not valid JSON ({})", why), fix);
+  }
+}
+
+bool is_results_document(const json& doc) {
+  return doc.is_object() && at(doc, "schema_version").is_number_integer() &&
+         at(doc, "points").is_array();
+}
+
 json load_results(const std::filesystem::path& path) {
   const std::string where = path.string();
   const char* fix = "give the path of a results.json written by 'hisparse-bench run'";
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw Error(where, "is a folder, not a results file", "give <folder>/results.json");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(where, fmt::format("cannot read the file ({})", std::strerror(errno)), fix);
-  std::stringstream text;
-  text << in.rdbuf();
-  json doc;
-  try {
-    doc = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    std::string why = e.what();
-    if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
-    throw Error(where, fmt::format("not valid JSON ({})", why), fix);
-  }
+  json doc = read_json_file(path, fix);
+  return checked_results(std::move(doc), where);
+}
+
+json checked_results(json doc, const std::string& where) {
+  const char* fix = "give the path of a results.json written by 'hisparse-bench run'";
   const json& version = at(doc, "schema_version");
-  if (!doc.is_object() || !version.is_number_integer() || !at(doc, "points").is_array())
+  if (!is_results_document(doc))
     throw Error(where, "not a hisparse-bench results file (no schema_version and points)", fix);
   if (version.get<int>() != kResultsSchemaVersion)
     throw Error(where,

@@ -13,6 +13,14 @@ namespace hisparse {
 /// Reads a results.json. Throws Error naming `path` for a file that cannot be read, text that is
 /// not JSON, a document that is not a results file, or a schema_version this build does not read.
 [[nodiscard]] nlohmann::json load_results(const std::filesystem::path& path);
+/// The checks of load_results on a document already read from `where`.
+[[nodiscard]] nlohmann::json checked_results(nlohmann::json doc, const std::string& where);
+/// Whether `doc` looks like a results document (schema_version and points), of any version.
+[[nodiscard]] bool is_results_document(const nlohmann::json& doc);
+
+/// Any JSON file. Throws Error naming `path` (with `fix`) when it cannot be read or parsed.
+[[nodiscard]] nlohmann::json read_json_file(const std::filesystem::path& path,
+                                            const std::string& fix);
 
 /// Writes the views of `results` listed in `formats` into `dir` (created when missing), each
 /// atomically: "json" results.json, "csv" results.csv, "md" summary.md, "html" report.html.

@@ -233,6 +233,11 @@ std::string render(const XYChart& chart) {
     names.push_back(s.name);
     colours.push_back(colour);
   }
+  for (const auto& m : chart.marks) {
+    if (!std::isfinite(m.x) || !std::isfinite(m.y) || (chart.log2_x && m.x <= 0)) continue;
+    c.text(px(m.x), py(m.y) - 8, m.symbol, 13, "middle", 0, m.colour);
+    if (!m.tooltip.empty()) c.circle(px(m.x), py(m.y) - 12, 7, "transparent", m.tooltip);
+  }
   draw_legend(c, right + 16, kTop + 8, names, colours);
   return c.str();
 }

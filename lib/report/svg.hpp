@@ -52,6 +52,14 @@ struct Series {
   std::string colour;                             ///< "" = palette by position
 };
 
+/// A symbol drawn just above one data point (e.g. a regression gate's verdict), with a tooltip.
+struct Mark {
+  double x = 0, y = 0;  ///< in data coordinates
+  std::string symbol;   ///< a short text, e.g. "▼"
+  std::string colour;
+  std::string tooltip;
+};
+
 struct XYChart {
   std::string title;
   std::string x_label;
@@ -62,6 +70,7 @@ struct XYChart {
   bool y_from_zero = true;
   std::optional<double> reference_y;  ///< dashed horizontal line (e.g. speedup 1.0)
   std::string reference_label;
+  std::vector<Mark> marks;
 };
 
 struct StackedBarChart {

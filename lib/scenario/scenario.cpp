@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cstdlib>
@@ -19,6 +18,7 @@
 #include "model/capacity_model.hpp"
 #include "model/mode.hpp"
 #include "scenario/overrides.hpp"
+#include "scenario/yaml_reader.hpp"
 #include "trace/nvtx.hpp"
 
 namespace hisparse {
@@ -28,12 +28,6 @@ constexpr int kMaxHotBuffer = 32768;
 const std::vector<std::string> kFormats{"json", "csv", "md", "html"};
 const std::vector<std::string> kBackends{"auto", "cuda", "cpu"};
 const std::vector<std::string> kGenerators{"synthetic", "replay"};
-
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
 
 bool is_fathom(Mode m) {
   return m == Mode::fathom || m == Mode::hisparse_fathom;
@@ -73,7 +67,7 @@ CalibratedBudgets read_calibrated_budgets(const std::filesystem::path& path, con
     for (auto it = table->begin(); it != table->end(); ++it) keys.push_back(it.key());
     throw Error(where,
                 fmt::format("'{}' has no calibrated budgets for '{}' (it has: {})", path.string(),
-                            key, keys.empty() ? "none" : join(keys)),
+                            key, keys.empty() ? "none" : join_names(keys)),
                 "set fathom.rule and fathom.klt to the study's, or run the study with them");
   }
   if (row->is_null())
@@ -117,127 +111,6 @@ CalibratedBudgets read_calibrated_budgets(const std::filesystem::path& path, con
   }
   return out;
 }
-
-/// Reads typed values from the document and names their place in every error.
-class Reader {
- public:
-  Reader(std::string file, std::map<std::string, std::string> applied)
-      : file_(std::move(file)), applied_(std::move(applied)) {}
-
-  /// "file:line:column: key", or "--set k=v: key" when the key (or its section) was overridden.
-  [[nodiscard]] std::string where(const std::string& key, const YAML::Node& node) const {
-    YAML::Mark mark = YAML::Mark::null_mark();
-    try {
-      mark = node.Mark();
-      // An empty value has the position of whatever follows it: name the key instead.
-      if (node.IsNull() && key_marks_.count(key)) mark = key_marks_.at(key);
-    } catch (const YAML::Exception&) {
-      // A key that is not in the document has no position.
-    }
-    return where_mark(key, mark);
-  }
-  [[nodiscard]] std::string where_mark(const std::string& key, const YAML::Mark& m) const {
-    for (const auto& [path, arg] : applied_)
-      if (key == path || key.rfind(path + ".", 0) == 0) return "--set " + arg + ": " + key;
-    if (m.line >= 0) return fmt::format("{}:{}:{}: {}", file_, m.line + 1, m.column + 1, key);
-    return file_ + ": " + key;
-  }
-  [[nodiscard]] const std::string& file() const { return file_; }
-
-  [[nodiscard]] std::string scalar(const YAML::Node& n, const std::string& key,
-                                   const char* expected) const {
-    if (!n || n.IsNull())
-      throw Error(where(key, n), "missing value",
-                  fmt::format("write {} after '{}:'", expected, leaf(key)));
-    if (!n.IsScalar())
-      throw Error(
-          where(key, n),
-          fmt::format("expected {}, got a {}", expected, n.IsSequence() ? "list" : "mapping"),
-          "write a single value");
-    return n.Scalar();
-  }
-
-  [[nodiscard]] std::string text(const YAML::Node& n, const std::string& key) const {
-    return scalar(n, key, "a string");
-  }
-
-  [[nodiscard]] std::int64_t integer(const YAML::Node& n, const std::string& key, std::int64_t lo,
-                                     std::int64_t hi) const {
-    const std::string s = scalar(n, key, "an integer");
-    std::int64_t v = 0;
-    const char* first = s.data();
-    if (!s.empty() && s[0] == '+') ++first;
-    const auto [ptr, ec] = std::from_chars(first, s.data() + s.size(), v);
-    if (ec == std::errc::result_out_of_range ||
-        (ec == std::errc{} && ptr == s.data() + s.size() && (v < lo || v > hi)))
-      throw Error(where(key, n), fmt::format("{} is out of range", s), range_fix(lo, hi));
-    if (ec != std::errc{} || ptr != s.data() + s.size())
-      throw Error(where(key, n), fmt::format("expected an integer, got '{}'", s),
-                  "write a whole number such as " + std::to_string(std::max<std::int64_t>(lo, 1)));
-    return v;
-  }
-
-  [[nodiscard]] double real(const YAML::Node& n, const std::string& key, double lo,
-                            double hi) const {
-    const std::string s = scalar(n, key, "a number");
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || v != v)
-      throw Error(where(key, n), fmt::format("expected a number, got '{}'", s),
-                  "write a number such as 0.5");
-    if (v < lo || v > hi)
-      throw Error(where(key, n), fmt::format("{} is out of range", s),
-                  fmt::format("use a value from {} to {}", lo, hi));
-    return v;
-  }
-
-  [[nodiscard]] bool boolean(const YAML::Node& n, const std::string& key) const {
-    const std::string s = scalar(n, key, "true or false");
-    bool v = false;
-    if (!YAML::convert<bool>::decode(n, v))
-      throw Error(where(key, n), fmt::format("expected true or false, got '{}'", s),
-                  "write true or false");
-    return v;
-  }
-
-  [[nodiscard]] std::string choice(const YAML::Node& n, const std::string& key,
-                                   const std::vector<std::string>& allowed) const {
-    const std::string s = text(n, key);
-    if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
-    const std::string near = nearest_name(s, allowed);
-    throw Error(where(key, n), fmt::format("unknown value '{}'", s),
-                near.empty() ? "use one of " + join(allowed) : "did you mean '" + near + "'?");
-  }
-
-  /// Checks that every key of mapping `n` (named `section`, "" for the root) is known.
-  void known_keys(const YAML::Node& n, const std::string& section,
-                  const std::vector<std::string>& keys) const {
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      const std::string k = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
-      const std::string path = section.empty() ? k : section + "." + k;
-      key_marks_[path] = it->first.Mark();
-      if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
-      const std::string near = nearest_name(k, keys);
-      throw Error(where_mark(path, it->first.Mark()), "unknown key",
-                  near.empty() ? "use one of " + join(keys) : "did you mean '" + near + "'?");
-    }
-  }
-
- private:
-  static std::string leaf(const std::string& key) {
-    const auto dot = key.rfind('.');
-    return dot == std::string::npos ? key : key.substr(dot + 1);
-  }
-  static std::string range_fix(std::int64_t lo, std::int64_t hi) {
-    if (hi >= INT32_MAX) return fmt::format("use {} or more", lo);
-    return fmt::format("use a value from {} to {}", lo, hi);
-  }
-
-  std::string file_;
-  std::map<std::string, std::string> applied_;
-  mutable std::map<std::string, YAML::Mark> key_marks_;  ///< where each key was written
-};
 
 struct AxisRule {
   const char* name;
@@ -285,7 +158,7 @@ AxisValue default_value(const std::string& file, const std::string& axis) {
 
 class ScenarioParser {
  public:
-  ScenarioParser(const Reader& reader, std::filesystem::path base_dir)
+  ScenarioParser(const YamlReader& reader, std::filesystem::path base_dir)
       : r_(reader), base_dir_(std::move(base_dir)) {}
 
   Scenario parse(const YAML::Node& root) {
@@ -317,6 +190,8 @@ class ScenarioParser {
     if (root["warmup_steps"])
       s.warmup_steps =
           static_cast<int>(r_.integer(root["warmup_steps"], "warmup_steps", 0, 1000000));
+    if (root["repetitions"])
+      s.repetitions = static_cast<int>(r_.integer(root["repetitions"], "repetitions", 1, 1000));
     if (root["workload"]) s.workload = workload(root["workload"]);
     s.outputs.dir = std::filesystem::path("results") / s.name;
     if (root["outputs"]) outputs(root["outputs"], s.outputs);
@@ -414,14 +289,15 @@ class ScenarioParser {
         const std::string item_key = key + "." + axis;
         if (std::find(s.swept.begin(), s.swept.end(), axis) == s.swept.end())
           throw Error(r_.where(item_key, it->second), fmt::format("'{}' is not swept", axis),
-                      s.swept.empty() ? std::string("skip needs a sweep; remove it or add one")
-                                      : fmt::format("name swept axes only ({})", join(s.swept)));
+                      s.swept.empty()
+                          ? std::string("skip needs a sweep; remove it or add one")
+                          : fmt::format("name swept axes only ({})", join_names(s.swept)));
         const AxisValue v = axis_value(it->second, axis, item_key);
         std::vector<std::string> listed;
         for (const auto& value : s.values.at(axis)) listed.push_back(value.text);
         if (std::find(listed.begin(), listed.end(), v.text) == listed.end())
           throw Error(v.where, fmt::format("{} '{}' is not in sweep.{}", axis, v.text, axis),
-                      fmt::format("use one of: {}", join(listed)));
+                      fmt::format("use one of: {}", join_names(listed)));
         rule.values.emplace_back(axis, v.text);
       }
       s.skip.push_back(std::move(rule));
@@ -548,7 +424,7 @@ class ScenarioParser {
 
   ModelSpec load(const AxisValue& v) { return load_model_named(v.text, v.where, base_dir_); }
 
-  const Reader& r_;
+  const YamlReader& r_;
   std::filesystem::path base_dir_;
   std::vector<std::string> ordered_swept_;
 };
@@ -712,7 +588,7 @@ Scenario parse_document(const std::string& text, const std::string& label,
   }
   std::map<std::string, std::string> applied;
   for (const auto& o : overrides) apply_override(root, o, applied);
-  Reader reader(label, applied);
+  YamlReader reader(label, applied);
   ScenarioParser parser(reader, base_dir);
   Scenario s = parser.parse(root);
   s.source = label;
@@ -781,6 +657,7 @@ nlohmann::json Scenario::to_json() const {
   j["backend"] = backend;
   j["decode_steps"] = decode_steps;
   j["warmup_steps"] = warmup_steps;
+  j["repetitions"] = repetitions;
   for (const auto& axis : sweep_axis_names()) {
     const auto& v = values.at(axis);
     const bool swept_axis = std::find(swept.begin(), swept.end(), axis) != swept.end();
@@ -928,7 +805,7 @@ ModelSpec load_model_named(const std::string& m, const std::string& where,
   if (std::find(presets.begin(), presets.end(), m) == presets.end()) {
     const std::string near = nearest_name(m, presets);
     throw Error(where, fmt::format("unknown model '{}'", m),
-                near.empty() ? "use one of " + join(presets) + " or a path to a model YAML"
+                near.empty() ? "use one of " + join_names(presets) + " or a path to a model YAML"
                              : "did you mean '" + near + "'?");
   }
   return load_model(m);

@@ -13,6 +13,9 @@
 //   context_length: 4096        # tokens in each request's cache before the first step, >= 1 [4096]
 //   decode_steps: 8             # measured steps per sweep point, >= 1 [8]
 //   warmup_steps: 2             # unmeasured steps before them, >= 0 [2]
+//   repetitions: 1              # runs of each point, each a fresh engine (warm-up included),
+//                               # 1..1000 [1]; `run --repetitions N`. The gate's rank test needs
+//                               # 4 or more a side to decide on a timing
 //   top_k: 0                    # rows selected per step; 0 = the indexer's top_k, else 2048 [0]
 //   hot_buffer: 0               # HiSparse slots per request and layer; 0 = 2 * top_k [0]
 //   budget_bits: 48             # Fathom plane bits per token and KV head, 0..4*head_dim [48]
@@ -133,6 +136,7 @@ class Scenario {
   std::string backend = "auto";
   int decode_steps = 8;
   int warmup_steps = 2;
+  int repetitions = 1;
   WorkloadSpec workload;
   OutputSpec outputs;
   TraceSpec trace;

@@ -111,13 +111,10 @@ TEST(EngineScenarios, FathomQualityTracksTheBudget) {
       (out.path / "results.json").string() + " " + (again.path / "results.json").string();
   const auto same = run_bench("compare " + both + " --metric selection_recall");
   EXPECT_EQ(same.exit_code, 0) << same.output;
-  EXPECT_NE(same.output.find("no regression: 0 regressions, 0 improvements, 4 same"),
-            std::string::npos)
-      << same.output;
+  EXPECT_NE(same.output.find("PASS: 4 same"), std::string::npos) << same.output;
   const auto refused = run_bench("compare " + both + " --metric hit_rate");
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
-  EXPECT_NE(refused.output.find("no point in both runs has a nonzero metrics.hit_rate"),
-            std::string::npos)
+  EXPECT_NE(refused.output.find("no point in both runs has a metrics.hit_rate"), std::string::npos)
       << refused.output;
 }
 

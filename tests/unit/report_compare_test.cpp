@@ -1,9 +1,11 @@
-// compare_results on small documents built here: matching by axis values, noise, verdicts,
-// points present in one run only, and notes on configs that differ outside the axes.
+// compare_results (the gate on one metric) on small documents built here: matching by axis
+// values, noise, verdicts, points present in one run only, and notes on configs that differ
+// outside the axes.
 #include "report/compare.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -35,9 +37,9 @@ json doc(std::vector<json> points) {
           {"points", points}};
 }
 
-const PointComparison& find(const Comparison& c, const std::string& key) {
-  for (const auto& p : c.points)
-    if (p.point == key) return p;
+const GateRow& find(const GateOutcome& c, const std::string& key) {
+  for (const auto& r : c.rows)
+    if (r.item == key) return r;
   throw std::runtime_error("no point " + key);
 }
 
@@ -45,63 +47,67 @@ TEST(ReportCompare, NoiseIsTheLargerRelativeSpread) {
   // BASE spread 0.9..1.1 = 20%, NEW 0.95..1.05 = 10%: a 15% drop is within noise, 25% is not.
   const json base = doc({point(1, 100, 0.9, 1.1), point(2, 200, 0.9, 1.1)});
   const json next = doc({point(1, 85, 0.95, 1.05), point(2, 150, 0.95, 1.05)});
-  const Comparison c = compare_results(base, next, {}, "a", "b");
-  EXPECT_EQ(c.axes, std::vector<std::string>{"concurrency"});
+  const GateOutcome c = compare_results(base, next, {}, "a", "b");
   const auto& one = find(c, "concurrency=1");
   EXPECT_NEAR(one.delta_pct, -15.0, 1e-9);
   EXPECT_NEAR(one.noise_pct, 20.0, 1e-9);
-  EXPECT_EQ(one.verdict, Verdict::noise);
-  EXPECT_EQ(find(c, "concurrency=2").verdict, Verdict::regression);
-  EXPECT_EQ(c.regressions, 1);
-  EXPECT_TRUE(c.regressed());
+  EXPECT_EQ(one.verdict, GateVerdict::ambiguous);
+  EXPECT_EQ(find(c, "concurrency=2").verdict, GateVerdict::slower);
+  EXPECT_EQ(c.count(GateVerdict::slower), 1u);
+  EXPECT_TRUE(c.failed());
 }
 
 TEST(ReportCompare, ExactlyAtTheThresholdIsTheSame) {
   const json base = doc({point(1, 100, 1, 1)});
   const json next = doc({point(1, 95, 1, 1)});
-  EXPECT_EQ(compare_results(base, next, {}, "a", "b").points[0].verdict, Verdict::same);
+  EXPECT_EQ(compare_results(base, next, {}, "a", "b").rows[0].verdict, GateVerdict::same);
   CompareOptions strict;
   strict.threshold_pct = 4.9;
-  EXPECT_EQ(compare_results(base, next, strict, "a", "b").points[0].verdict, Verdict::regression);
+  EXPECT_EQ(compare_results(base, next, strict, "a", "b").rows[0].verdict, GateVerdict::slower);
 }
 
-TEST(ReportCompare, PointsInOneRunOnlyAreListedNotCounted) {
+TEST(ReportCompare, PointsInOneRunOnlyAreAddedOrMissing) {
   const json base = doc({point(1, 100, 1, 1), point(2, 200, 1, 1)});
   const json next = doc({point(2, 200, 1, 1), point(4, 400, 1, 1)});
-  const Comparison c = compare_results(base, next, {}, "a", "b");
-  ASSERT_EQ(c.points.size(), 3u);
+  const GateOutcome c = compare_results(base, next, {}, "a", "b");
+  ASSERT_EQ(c.rows.size(), 3u);
   EXPECT_EQ(find(c, "concurrency=4").note, "only in NEW");
+  EXPECT_EQ(find(c, "concurrency=4").verdict, GateVerdict::added);
   EXPECT_EQ(find(c, "concurrency=1").note, "only in BASE");
-  EXPECT_EQ(find(c, "concurrency=1").verdict, Verdict::not_compared);
-  EXPECT_FALSE(c.regressed());
+  // A point the new run no longer measures fails the gate: coverage was lost.
+  EXPECT_EQ(find(c, "concurrency=1").verdict, GateVerdict::missing);
+  EXPECT_TRUE(c.failed());
 }
 
 TEST(ReportCompare, ConfigDifferenceOutsideTheAxesIsNoted) {
-  const Comparison c = compare_results(doc({point(1, 100, 1, 1, 128)}),
-                                       doc({point(1, 100, 1, 1, 256)}), {}, "a", "b");
-  EXPECT_EQ(c.points[0].note, "config differs: context_length 128 -> 256");
+  const GateOutcome c = compare_results(doc({point(1, 100, 1, 1, 128)}),
+                                        doc({point(1, 100, 1, 1, 256)}), {}, "a", "b");
+  EXPECT_EQ(c.rows[0].note, "config differs: context_length 128 -> 256");
 }
 
 TEST(ReportCompare, BaseFailureIsNotARegression) {
   json base = doc({point(1, 100, 1, 1)});
   base["points"][0]["status"] = "failed";
   base["points"][0]["metrics"] = nullptr;
-  const Comparison c = compare_results(base, doc({point(1, 50, 1, 1)}), {}, "a", "b");
-  EXPECT_EQ(c.points[0].verdict, Verdict::not_compared);
-  EXPECT_EQ(c.points[0].note, "failed in BASE");
-  EXPECT_FALSE(c.regressed());
+  const GateOutcome c = compare_results(base, doc({point(1, 50, 1, 1)}), {}, "a", "b");
+  EXPECT_EQ(c.rows[0].verdict, GateVerdict::not_measured);
+  EXPECT_EQ(c.rows[0].note, "failed in BASE");
+  EXPECT_FALSE(c.failed());
 }
 
-TEST(ReportCompare, MissingMetricAndBadThresholdAreErrors) {
+TEST(ReportCompare, MetricMissingInNewFailsAndInBaseIsAnError) {
   json next = doc({point(1, 100, 1, 1)});
   next["points"][0]["metrics"].erase("output_tokens_per_s");
+  const GateOutcome c = compare_results(doc({point(1, 100, 1, 1)}), next, {}, "a.json", "b.json");
+  EXPECT_EQ(c.rows[0].verdict, GateVerdict::missing);
+  EXPECT_EQ(c.rows[0].note, "NEW has no metrics.output_tokens_per_s");
   try {
-    (void)compare_results(doc({point(1, 100, 1, 1)}), next, {}, "a.json", "b.json");
+    (void)compare_results(next, doc({point(1, 100, 1, 1)}), {}, "a.json", "b.json");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "b.json: point 0 has no metrics.output_tokens_per_s value; compare "
-                 "results.json files written by 'hisparse-bench run'");
+    EXPECT_EQ(e.where(), "a.json: metrics.output_tokens_per_s");
+    EXPECT_EQ(e.problem(), "no point or case of a.json has output_tokens_per_s");
+    EXPECT_EQ(e.fix(), "use one of: step_ms.median, step_ms.p10, step_ms.p90");
   }
   CompareOptions o;
   o.threshold_pct = -1;
@@ -124,23 +130,24 @@ TEST(ReportCompare, SelectionMetricsHaveNoNoiseAllowanceAndTheirOwnDirection) {
   const json next = doc({selection_point(1, 0.80, 0.009, 50), selection_point(2, 0.89, 0.012, 60)});
   CompareOptions recall;
   recall.metric = CompareMetric::selection_recall;
-  const Comparison r = compare_results(base, next, recall, "a", "b");
-  EXPECT_EQ(find(r, "concurrency=1").verdict, Verdict::regression);  // -11.1%, spread ignored
-  EXPECT_EQ(find(r, "concurrency=1").noise_pct, 0.0);
-  EXPECT_EQ(find(r, "concurrency=2").verdict, Verdict::same);  // -1.1%
+  const GateOutcome r = compare_results(base, next, recall, "a", "b");
+  EXPECT_EQ(find(r, "concurrency=1").verdict, GateVerdict::worse);  // -11.1%, spread ignored
+  EXPECT_TRUE(std::isnan(find(r, "concurrency=1").noise_pct));
+  EXPECT_EQ(find(r, "concurrency=2").verdict, GateVerdict::same);  // -1.1%
   CompareOptions error;
   error.metric = CompareMetric::attention_rel_error;
-  const Comparison e = compare_results(base, next, error, "a", "b");
-  EXPECT_EQ(find(e, "concurrency=1").verdict, Verdict::improvement);  // lower is better
-  EXPECT_EQ(find(e, "concurrency=2").verdict, Verdict::regression);   // +20%
+  const GateOutcome e = compare_results(base, next, error, "a", "b");
+  EXPECT_EQ(find(e, "concurrency=1").verdict, GateVerdict::better);  // lower is better
+  EXPECT_EQ(find(e, "concurrency=2").verdict, GateVerdict::worse);   // +20%
   CompareOptions bits;
   bits.metric = CompareMetric::bits_per_token;
   EXPECT_EQ(find(compare_results(base, next, bits, "a", "b"), "concurrency=2").verdict,
-            Verdict::regression);
-  EXPECT_NE(comparison_text(e).find("compare attention_rel_error (lower is better), threshold "
-                                    "5%, no noise allowance"),
+            GateVerdict::worse);
+  const std::string text = comparison_text(e, error);
+  EXPECT_NE(text.find("compare attention_rel_error (lower is better), threshold 5%, no noise "
+                      "allowance"),
             std::string::npos)
-      << comparison_text(e);
+      << text;
 }
 
 TEST(ReportCompare, PointsWithoutTheSelectionMetricAreNotComparedAndNoneAtAllIsAnError) {
@@ -150,10 +157,10 @@ TEST(ReportCompare, PointsWithoutTheSelectionMetricAreNotComparedAndNoneAtAllIsA
   next["points"][0]["metrics"]["selection_recall"] = nullptr;
   CompareOptions recall;
   recall.metric = CompareMetric::selection_recall;
-  const Comparison c = compare_results(base, next, recall, "a", "b");
-  EXPECT_EQ(find(c, "concurrency=1").verdict, Verdict::not_compared);
-  EXPECT_EQ(find(c, "concurrency=1").note, "no selection_recall in either run");
-  EXPECT_EQ(find(c, "concurrency=2").verdict, Verdict::same);
+  const GateOutcome c = compare_results(base, next, recall, "a", "b");
+  EXPECT_EQ(find(c, "concurrency=1").verdict, GateVerdict::not_measured);
+  EXPECT_EQ(find(c, "concurrency=1").base_text, "null");
+  EXPECT_EQ(find(c, "concurrency=2").verdict, GateVerdict::same);
   CompareOptions hits;
   hits.metric = CompareMetric::hit_rate;
   try {
@@ -161,7 +168,7 @@ TEST(ReportCompare, PointsWithoutTheSelectionMetricAreNotComparedAndNoneAtAllIsA
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
-                 "b.json: no point in both runs has a nonzero metrics.hit_rate to compare; "
+                 "b.json: no point in both runs has a metrics.hit_rate to compare; "
                  "choose a metric these runs measure (selection_recall and attention_rel_error "
                  "for sparse modes, hit_rate for hisparse modes, bits_per_token for fathom "
                  "modes)");
@@ -180,14 +187,15 @@ TEST(ReportCompare, MetricNamesRoundTrip) {
 }
 
 TEST(ReportCompare, JsonCarriesTheVerdicts) {
-  const Comparison c =
+  const GateOutcome c =
       compare_results(doc({point(1, 100, 1, 1)}), doc({point(1, 120, 1, 1)}), {}, "a", "b");
   const json j = to_json(c);
-  EXPECT_EQ(j["status"], "ok");
-  EXPECT_EQ(j["improvements"], 1);
-  EXPECT_EQ(j["points"][0]["verdict"], "improvement");
-  EXPECT_NEAR(j["points"][0]["delta_pct"].get<double>(), 20.0, 1e-9);
-  EXPECT_EQ(j["base"]["label"], "a");
+  EXPECT_EQ(j["status"], "pass");
+  EXPECT_EQ(j["counts"]["faster"], 1);
+  EXPECT_EQ(j["rows"][0]["verdict"], "faster");
+  EXPECT_EQ(j["rows"][0]["item"], "concurrency=1");
+  EXPECT_NEAR(j["rows"][0]["delta_pct"].get<double>(), 20.0, 1e-9);
+  EXPECT_EQ(j["runs"][0]["base"]["label"], "a");
 }
 
 }  // namespace

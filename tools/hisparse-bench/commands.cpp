@@ -131,6 +131,7 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const R
   std::vector<std::string> sets = o.sets;
   if (t.trace) sets.emplace_back("trace.enabled=true");
   if (t.steps > 0) sets.push_back(fmt::format("trace.steps={}", t.steps));
+  if (t.repetitions > 0) sets.push_back(fmt::format("repetitions={}", t.repetitions));
   // NVTX reads NVTX_INJECTION64_PATH at its first call, and loading a scenario already opens a
   // range: decide on tracing from the flags and a peek at the file first.
   if (t.trace || scenario_requests_trace(path, sets)) (void)trace::prepare_nvtx_injection();
@@ -220,7 +221,8 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const R
             const auto folder = fmt::format("selections/point-{}", point.index);
             if (save_selections(engine, out / folder) > 0)
               extras.set_point(point.index, "selections", folder);
-          });
+          },
+          s.repetitions);
       if (window) window->finish();
     } catch (const std::exception& e) {
       record.ok = false;
@@ -311,12 +313,16 @@ int compare_command(const CompareArgs& args, const CommonOptions& o) {
   options.allow_different_devices = args.allow_different_devices;
   const nlohmann::json base = load_results(args.base);
   const nlohmann::json next = load_results(args.next);
-  const Comparison c = compare_results(base, next, options, args.base, args.next);
-  if (o.json)
-    print_json(to_json(c));
-  else if (!o.quiet)
-    fmt::print("{}", comparison_text(c));
-  return c.regressed() ? exit_code::point_failed : exit_code::ok;
+  const GateOutcome c = compare_results(base, next, options, args.base, args.next);
+  if (o.json) {
+    nlohmann::json j = to_json(c);
+    j["metric"] = std::string(name_of(options.metric));
+    j["threshold_pct"] = options.threshold_pct;
+    print_json(j);
+  } else if (!o.quiet) {
+    fmt::print("{}", comparison_text(c, options));
+  }
+  return c.failed() ? exit_code::point_failed : exit_code::ok;
 }
 
 int report_command(const std::vector<std::string>& inputs, const CommonOptions& o) {

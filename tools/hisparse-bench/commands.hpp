@@ -94,6 +94,7 @@ struct RunRequest {
   /// --save-selections: every hot-buffer point's recorded selections as text traces under
   /// OUT/selections/point-N/ (what `policies` reads)
   bool save_selections = false;
+  int repetitions = 0;  ///< --repetitions; 0: the scenario's repetitions (default 1)
 };
 
 struct CompareArgs {
@@ -104,8 +105,18 @@ struct CompareArgs {
   bool allow_different_devices = false;
 };
 
+/// `gate BASELINE RESULTS...`.
+struct GateArgs {
+  std::string baseline;             ///< a folder with gate.yaml, a folder of baselines, or a file
+  std::vector<std::string> inputs;  ///< results.json and Google Benchmark JSON files
+  bool allow_different_devices = false;
+  bool update = false;  ///< write the inputs as the new baselines (after showing what changed)
+  bool all = false;     ///< print every row, `same` ones included
+};
+
 int run_command(const std::string& scenario, const CommonOptions& o, const RunRequest& t);
 int compare_command(const CompareArgs& args, const CommonOptions& o);
+int gate_command(const GateArgs& args, const CommonOptions& o);
 int report_command(const std::vector<std::string>& inputs, const CommonOptions& o);
 int validate_command(const std::vector<std::string>& scenarios, const CommonOptions& o);
 int list_command(const std::string& what, const CommonOptions& o);

@@ -83,6 +83,10 @@ int run_cli(int argc, char** argv) {
   run->add_option("--trace-steps", run_request.steps,
                   "Steps traced per point (default: the scenario's trace.steps, else 4)")
       ->check(CLI::Range(1, 1000000));
+  run->add_option("--repetitions", run_request.repetitions,
+                  "Run every point N times, each with a fresh engine (default: the scenario's "
+                  "repetitions, else 1): the repetitions the gate's rank test judges timings by")
+      ->check(CLI::Range(1, 1000));
   run->add_flag("--save-selections", run_request.save_selections,
                 "Write every hot-buffer point's recorded selections (all steps since admission) as "
                 "text traces, one per layer and stream, under OUT/selections/point-N/: the input "
@@ -112,8 +116,8 @@ int run_cli(int argc, char** argv) {
   cli::CompareArgs compare_args;
   auto* compare = app.add_subcommand(
       "compare",
-      "Regression gate: compare two results.json point by point (exit 0 no regression, "
-      "1 a regression, 2 bad input)");
+      "Compare two results.json point by point on one metric: the gate without a gate file "
+      "(exit 0 pass, 1 a regression, 2 bad input)");
   compare->add_option("BASE", compare_args.base, "Baseline results.json")->required();
   compare->add_option("NEW", compare_args.next, "New results.json")->required();
   compare
@@ -133,9 +137,40 @@ int run_cli(int argc, char** argv) {
   add_json(compare);
   add_quiet(compare);
   compare->footer(
-      "Exit status: 0 no regression; 1 a regression (a significantly slower point, or a point "
-      "that ran in BASE and failed in NEW); 2 bad input (missing file, bad JSON, schema version "
+      "Exit status: 0 no regression; 1 a regression (slower or worse beyond the threshold, a "
+      "point that ran in BASE and failed or is missing in NEW); 2 bad input (missing file, bad "
+      "JSON, schema version "
       "mismatch, different devices, no matching point).");
+
+  cli::GateArgs gate_args;
+  auto* gate = app.add_subcommand(
+      "gate",
+      "CI regression gate: judge results against a committed baseline as its gate.yaml says "
+      "(exit 0 pass, 1 a gated regression, 2 bad input or results that do not match)");
+  gate->add_option("BASELINE", gate_args.baseline,
+                   "Baseline folder with gate.yaml (e.g. reports/baselines/cpu), a folder of "
+                   "baseline files (the default gate), or one baseline file")
+      ->required();
+  gate->add_option("RESULTS", gate_args.inputs,
+                   "results.json of 'hisparse-bench run' and Google Benchmark JSON of "
+                   "hisparse-microbench; several files of one baseline are pooled as repetitions")
+      ->required();
+  gate->add_flag("--allow-different-devices", gate_args.allow_different_devices,
+                 "Judge timings of another device or backend anyway (a warning instead of exit 2)");
+  gate->add_flag("--update", gate_args.update,
+                 "Write RESULTS as the new baselines, after printing what changed (exit 0)");
+  gate->add_flag("--all", gate_args.all, "Print every row, 'same' ones included");
+  gate->add_option("--out", common.out,
+                   "Also write gate.json, gate.md and report.html (baseline and new run as two "
+                   "series, verdicts marked) into this folder");
+  add_json(gate);
+  add_quiet(gate);
+  gate->footer(
+      "Exit status: 0 pass (every verdict same, faster, better, ambiguous, added or "
+      "not_measured); 1 a gated regression (slower, worse, changed, failed or missing); 2 bad "
+      "input (unreadable files, a gate.yaml error, an input no baseline matches, a schema this "
+      "build does not read, a scenario that differs from the baseline's, timings of another "
+      "device).");
 
   std::vector<std::string> report_inputs;
   auto* report = app.add_subcommand(
@@ -361,6 +396,7 @@ int run_cli(int argc, char** argv) {
     return cli::run_command(trace_scenario, common, run_request);
   }
   if (*compare) return cli::compare_command(compare_args, common);
+  if (*gate) return cli::gate_command(gate_args, common);
   if (*report) return cli::report_command(report_inputs, common);
   if (*validate) return cli::validate_command(to_validate, common);
   if (*list) return cli::list_command(what, common);

@@ -45,7 +45,7 @@ std::optional<std::filesystem::path> take_trace_flag(int& argc, char** argv) {
 }
 
 /// Provenance of every figure of the run, as Google Benchmark context (console header and the
-/// "context" object of --benchmark_out JSON; .ci/bench-compare refuses to compare two devices).
+/// "context" object of --benchmark_out JSON; hisparse-bench gate refuses to judge timings of two devices).
 void add_provenance_context() {
   using namespace hisparse;
   benchmark::AddCustomContext("hisparse_version", HISPARSE_VERSION);
