@@ -44,7 +44,9 @@ nlohmann::json to_json(const PointRecord& r) {
                                                  ? nlohmann::json(nullptr)
                                                  : nlohmann::json(c.fathom_head_budgets)},
                      {"policy", c.policy}}},
-                   {"status", r.ok ? "ok" : "failed"},
+                   {"status", r.ok            ? "ok"
+                              : r.interrupted ? "interrupted"
+                                              : "failed"},
                    {"error", r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.error)}};
   j["metrics"] = r.ok ? nlohmann::json(r.metrics) : nlohmann::json(nullptr);
   return j;
@@ -119,11 +121,20 @@ ResultSet::ResultSet(nlohmann::json metadata, nlohmann::json scenario, std::size
 
 void ResultSet::add(const PointRecord& record) {
   points_.push_back(hisparse::to_json(record));
-  if (!record.ok) ++failed_;
+}
+
+void ResultSet::add_recorded(nlohmann::json point) {
+  points_.push_back(std::move(point));
+}
+
+std::size_t ResultSet::count(const std::string& status) const {
+  return static_cast<std::size_t>(std::count_if(points_.begin(), points_.end(), [&](const auto& p) {
+    return p.contains("status") && p["status"] == status;
+  }));
 }
 
 nlohmann::json ResultSet::to_json() const {
-  const std::size_t recorded = points_.size();
+  const std::size_t recorded = points_.size(), ok = count("ok"), failed = count("failed");
   return {{"schema_version", kResultsSchemaVersion},
           {"metadata", metadata_},
           {"scenario", scenario_},
@@ -131,9 +142,10 @@ nlohmann::json ResultSet::to_json() const {
           {"summary",
            {{"planned", planned_},
             {"recorded", recorded},
-            {"ok", recorded - failed_},
-            {"failed", failed_},
-            {"complete", recorded == planned_}}}};
+            {"ok", ok},
+            {"failed", failed},
+            {"interrupted", count("interrupted")},
+            {"complete", ok + failed == planned_}}}};
 }
 
 std::vector<std::filesystem::path> ResultSet::write(const std::filesystem::path& dir,

@@ -5,8 +5,9 @@
 // results.json (schema_version 1):
 //   schema_version, metadata {tool, version, git_revision, command_line, host, start_time, backend,
 //   device {...}, ceilings {...}, memory_budget {bytes, source}, synthetic {weights, workload}},
-//   scenario (as resolved), points [{index, axes {axis: value}, config {...}, status "ok"|"failed",
-//   error, metrics {...} (see PointMetrics)}], summary {planned, recorded, ok, failed, complete}.
+//   scenario (as resolved), points [{index, axes {axis: value}, config {...}, status "ok"|"failed"|
+//   "interrupted", error, metrics {...} (see PointMetrics)}], summary {planned, recorded, ok,
+//   failed, interrupted, complete}.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +29,10 @@ inline constexpr int kResultsSchemaVersion = 1;
 struct PointRecord {
   SweepPoint point;
   bool ok = true;
-  std::string error;     ///< when failed
+  /// Stopped by SIGINT or SIGTERM before it finished (not ok, not failed): its measurements are
+  /// discarded, and `run --resume` runs it again.
+  bool interrupted = false;
+  std::string error;     ///< when failed or interrupted
   PointMetrics metrics;  ///< when ok
 };
 
@@ -58,9 +62,15 @@ class ResultSet {
   ResultSet(nlohmann::json metadata, nlohmann::json scenario, std::size_t planned_points);
 
   void add(const PointRecord& record);
+  /// A point recorded by an earlier run of the same sweep (`run --resume`), as it was written.
+  void add_recorded(nlohmann::json point);
+  /// The metadata, e.g. to note a resumed run.
+  [[nodiscard]] nlohmann::json& metadata() noexcept { return metadata_; }
   [[nodiscard]] nlohmann::json to_json() const;
   [[nodiscard]] std::size_t size() const noexcept { return points_.size(); }
-  [[nodiscard]] bool any_failed() const noexcept { return failed_ > 0; }
+  [[nodiscard]] bool any_failed() const noexcept { return count("failed") > 0; }
+  /// Points recorded with this status ("ok", "failed", "interrupted").
+  [[nodiscard]] std::size_t count(const std::string& status) const;
   /// Writes results.json / results.csv / summary.md for the listed formats ("json", "csv", "md")
   /// into `dir` (created if missing), each atomically. Returns the paths written.
   std::vector<std::filesystem::path> write(const std::filesystem::path& dir,
@@ -71,7 +81,6 @@ class ResultSet {
   nlohmann::json scenario_;
   std::size_t planned_;
   nlohmann::json points_ = nlohmann::json::array();
-  std::size_t failed_ = 0;
 };
 
 }  // namespace hisparse

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -110,21 +111,45 @@ std::string deterministic_difference(const PointMetrics& first, const PointMetri
 
 }  // namespace
 
-PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup_steps,
-                         int decode_steps, const Progress& progress, const Inspect& inspect,
-                         int repetitions) const {
+PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, const PointPlan& plan,
+                         const Progress& progress, const Inspect& inspect) const {
   HISPARSE_FUNC_RANGE();
-  repetitions = std::max(repetitions, 1);
+  const int repetitions = std::max(plan.repetitions, 1);
+  const int warmup_steps = plan.warmup_steps, decode_steps = plan.decode_steps;
   const int per_repetition = warmup_steps + decode_steps;
+  const auto started = std::chrono::steady_clock::now();
   PointMetrics m;
   std::vector<double> step_ms;
   std::map<std::string, std::vector<double>> phases;
   for (int r = 0; r < repetitions; ++r) {
     const Progress counted = [&](int done, int) {
-      if (progress) progress(r * per_repetition + done, repetitions * per_repetition);
+      const int all_done = r * per_repetition + done, all = repetitions * per_repetition;
+      if (plan.time_limit_s > 0 && all_done < all) {
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        if (elapsed > plan.time_limit_s)
+          throw Error(fmt::format("{} {} at context {}", model.name, name_of(config.mode),
+                                  config.context_length),
+                      fmt::format("the point ran past point_time_limit_s ({:g} s): {:.1f} s after "
+                                  "{} of its {} steps",
+                                  plan.time_limit_s, elapsed, all_done, all),
+                      "raise point_time_limit_s, or lower decode_steps, repetitions or the "
+                      "point's size");
+      }
+      if (progress) progress(all_done, all);
     };
-    Measured once = run_once(model, config, warmup_steps, decode_steps, counted,
-                             r + 1 == repetitions ? inspect : Inspect{});
+    Measured once;
+    try {
+      once = run_once(model, config, warmup_steps, decode_steps, counted,
+                      r + 1 == repetitions ? inspect : Inspect{});
+    } catch (const OutOfMemoryError& e) {
+      throw out_of_memory(e, model, config);
+    } catch (const std::bad_alloc&) {  // a container of the engine, not one of its buffers
+      throw Error(fmt::format("{} {} at context {}", model.name, name_of(config.mode),
+                              config.context_length),
+                  "ran out of host memory (std::bad_alloc)",
+                  "lower concurrency or context_length, or free host memory on this node");
+    }
     if (r == 0) {
       m = once.metrics;
     } else if (const std::string d = deterministic_difference(m, once.metrics); !d.empty()) {
@@ -147,6 +172,67 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, int warmup
   return m;
 }
 
+CapacityQuery Runner::query_of(const EngineConfig& config) const {
+  CapacityQuery q;
+  q.context_length = config.context_length;
+  q.top_k = config.top_k;
+  q.hot_buffer = config.hot_buffer;
+  q.budget_bits = config.budget_bits;
+  q.gpu_mem_bytes = budget_.bytes;
+  q.host_mem_bytes = budget_.host_bytes;
+  q.one_memory = backend_ == Backend::cpu;
+  return q;
+}
+
+std::int64_t Runner::admitted_requests(const CapacityModel& capacity, Mode mode,
+                                       const CapacityQuery& q, std::int64_t requested) {
+  for (const auto& row : capacity.plan(q))
+    if (row.footprint.mode == mode) return row.max_concurrency;
+  return requested;  // a mode the planner has no row for is not limited by it
+}
+
+Error Runner::out_of_memory(const OutOfMemoryError& e, const ModelSpec& model,
+                            const EngineConfig& config) const {
+  const std::string where =
+      fmt::format("{} {} at context {}", model.name, name_of(config.mode), config.context_length);
+  const std::string problem = fmt::format("{}: {}", e.where(), e.problem());
+  // What is free now that the point's engine is gone is what a smaller point could use.
+  const bool gpu = e.kind() == MemoryKind::device && backend_ == Backend::cuda;
+  const std::size_t free =
+      Device::for_backend(gpu ? Backend::cuda : Backend::cpu).properties().free_memory;
+  CapacityQuery q = query_of(config);
+  const CapacityModel capacity(model);
+  const auto running = std::min<std::int64_t>(
+      config.concurrency, admitted_requests(capacity, config.mode, q, config.concurrency));
+  if (e.kind() == MemoryKind::pinned && !q.one_memory)
+    q.host_mem_bytes = static_cast<double>(free);
+  else
+    q.gpu_mem_bytes = std::min(q.gpu_mem_bytes, static_cast<double>(free));
+  const std::int64_t fits = admitted_requests(capacity, config.mode, q, config.concurrency);
+  const std::string memory = fmt::format("the {} of {} memory free", format_bytes(free),
+                                         gpu                              ? "GPU"
+                                         : e.kind() == MemoryKind::pinned ? "pinnable host"
+                                                                          : "host");
+  if (fits >= running)
+    return Error(where, problem,
+                 fmt::format("the capacity model fits {} such requests in {}, so something else "
+                             "holds the memory (another process on this node?): free it, or "
+                             "lower concurrency",
+                             fits, memory));
+  const std::int64_t longest =
+      capacity.longest_context(config.mode, q, std::max<std::int64_t>(running, 1));
+  if (fits < 1 && longest < 1)
+    return Error(where, problem,
+                 fmt::format("not one request fits in {}: use a device with more memory, a "
+                             "smaller model, or a smaller hot_buffer or top_k",
+                             memory));
+  std::string fix = fits >= 1 ? fmt::format("set concurrency to {} or less", fits) : "";
+  if (longest >= 1)
+    fix += fmt::format("{}set context_length to {} or less at concurrency {}",
+                       fix.empty() ? "" : ", or ", longest, running);
+  return Error(where, problem, fmt::format("{}: what fits in {}", fix, memory));
+}
+
 Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, int warmup_steps,
                                   int decode_steps, const Progress& progress,
                                   const Inspect& inspect) const {
@@ -156,22 +242,12 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
   config.backend = backend_;
 
   // Admission: a serving system runs what fits and queues the rest.
-  CapacityQuery q;
-  q.context_length = config.context_length;
-  q.top_k = config.top_k;
-  q.hot_buffer = config.hot_buffer;
-  q.budget_bits = config.budget_bits;
-  q.gpu_mem_bytes = budget_.bytes;
-  q.host_mem_bytes = budget_.host_bytes;
-  q.one_memory = backend_ == Backend::cpu;
+  const CapacityQuery q = query_of(config);
   const CapacityModel capacity(model);
   const RequestFootprint footprint = capacity.footprint(config.mode, q);
   m.planned_gpu_bytes_per_request = footprint.gpu_bytes;
   m.planned_host_bytes_per_request = footprint.host_bytes;
-  m.admitted = -1;
-  for (const auto& row : capacity.plan(q))
-    if (row.footprint.mode == config.mode) m.admitted = row.max_concurrency;
-  if (m.admitted < 0) m.admitted = config.concurrency;
+  m.admitted = admitted_requests(capacity, config.mode, q, config.concurrency);
   m.running = static_cast<int>(std::min<std::int64_t>(config.concurrency, m.admitted));
   m.queued = m.requested - m.running;
   if (m.running < 1) throw nothing_fits(capacity, config.mode, q, footprint, model.name);

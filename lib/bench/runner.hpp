@@ -84,6 +84,16 @@ void to_json(nlohmann::json& j, const PointMetrics& m);
 /// (nothing without a hot buffer). The random policy is seeded with the workload seed.
 void analyse_policy(const DecodeEngine& engine, const EngineConfig& config, PointMetrics& m);
 
+/// How a point is measured: steps, repetitions and the time it may take.
+struct PointPlan {
+  int warmup_steps = 2;
+  int decode_steps = 8;
+  int repetitions = 1;
+  /// Wall-clock seconds one point may take (engine construction and every repetition's steps);
+  /// 0: no limit. Checked after each step, so a point that passes it fails at the step's end.
+  double time_limit_s = 0;
+};
+
 class Runner {
  public:
   Runner(Backend backend, MemoryBudget budget) : backend_(backend), budget_(std::move(budget)) {}
@@ -94,13 +104,13 @@ class Runner {
   /// Called once after the last step with the engine, e.g. to save its selection traces.
   using Inspect = std::function<void(const DecodeEngine&)>;
 
-  /// Measures one point `repetitions` times (a fresh engine each time; progress counts the
+  /// Measures one point `plan.repetitions` times (a fresh engine each time; progress counts the
   /// steps of all of them, `inspect` sees the last engine). Throws Error when not one request
-  /// fits, the engine fails, a repetition's deterministic metrics differ from the first's, or
-  /// `inspect` throws.
-  [[nodiscard]] PointMetrics run(const ModelSpec& model, EngineConfig config, int warmup_steps,
-                                 int decode_steps, const Progress& progress = {},
-                                 const Inspect& inspect = {}, int repetitions = 1) const;
+  /// fits, the engine fails, a repetition's deterministic metrics differ from the first's, the
+  /// point takes longer than plan.time_limit_s, or `inspect` throws; whatever `progress` throws
+  /// (a request to stop) passes through.
+  [[nodiscard]] PointMetrics run(const ModelSpec& model, EngineConfig config, const PointPlan& plan,
+                                 const Progress& progress = {}, const Inspect& inspect = {}) const;
 
   [[nodiscard]] const MemoryBudget& budget() const noexcept { return budget_; }
 
@@ -110,6 +120,15 @@ class Runner {
                                    const RequestFootprint& footprint,
                                    const std::string& model) const;
 
+  /// The capacity question of a point against this runner's budget.
+  [[nodiscard]] CapacityQuery query_of(const EngineConfig& config) const;
+  /// Requests of `mode` the capacity model admits (`requested` when it has no row for the mode).
+  [[nodiscard]] static std::int64_t admitted_requests(const CapacityModel& capacity, Mode mode,
+                                                      const CapacityQuery& q,
+                                                      std::int64_t requested);
+  /// An allocation of the point that did not fit, as the scenario keys that would make it fit.
+  [[nodiscard]] Error out_of_memory(const OutOfMemoryError& e, const ModelSpec& model,
+                                    const EngineConfig& config) const;
   /// One repetition: its metrics and the raw samples the repetitions are pooled from.
   struct Measured;
   [[nodiscard]] Measured run_once(const ModelSpec& model, EngineConfig config, int warmup_steps,

@@ -3,6 +3,7 @@
 // exit_code::bad_input.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +30,28 @@ class Error : public std::runtime_error {
   std::string where_;
   std::string problem_;
   std::string fix_;
+};
+
+enum class MemoryKind;
+
+/// An allocation that did not fit: what it was for (where()), how much it asked and how much of
+/// that kind was free. The Runner turns it into the scenario keys that would make a point fit.
+class OutOfMemoryError : public Error {
+ public:
+  OutOfMemoryError(std::string label, std::string problem, std::string fix, MemoryKind kind,
+                   std::size_t bytes, std::size_t free_bytes)
+      : Error(std::move(label), std::move(problem), std::move(fix)),
+        kind_(kind),
+        bytes_(bytes),
+        free_bytes_(free_bytes) {}
+  [[nodiscard]] MemoryKind kind() const noexcept { return kind_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+  [[nodiscard]] std::size_t free_bytes() const noexcept { return free_bytes_; }
+
+ private:
+  MemoryKind kind_;
+  std::size_t bytes_;
+  std::size_t free_bytes_;
 };
 
 /// A failure of the CUDA runtime or driver that is not the user's input (out of memory is

@@ -18,6 +18,15 @@
 namespace hisparse {
 
 enum class MemoryKind { host, pinned, device };
+[[nodiscard]] const char* name_of(MemoryKind kind) noexcept;
+
+/// Allocation failure on demand, for tests of every allocation site's message and clean-up on
+/// the CPU: the `nth` next allocation of `kind` (counting from 1; 0 disarms) fails as if its
+/// allocator had no memory. The environment variable HISPARSE_FAIL_ALLOC=KIND:N (KIND host,
+/// pinned or device) arms the same for a whole process, read at its first allocation.
+void inject_allocation_failure(MemoryKind kind, std::size_t nth) noexcept;
+/// Allocations of `kind` made and not yet released (of more than 0 bytes), to check clean-up.
+[[nodiscard]] std::size_t live_allocations(MemoryKind kind) noexcept;
 
 class Allocation {
  public:

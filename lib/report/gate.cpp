@@ -352,35 +352,13 @@ void check_devices(const json& base, const json& next, bool judges_timing,
                                      text_of(next["label"]), problem));
 }
 
-/// The resolved scenario without the keys that do not change what a point measures.
-json comparable_scenario(json s) {
-  if (s.is_object())
-    for (const char* k : {"outputs", "trace", "repetitions", "point_time_limit_s", "source",
-                          "description", "backend"})
-      s.erase(k);
-  return s;
-}
-
-void scenario_differences(const json& a, const json& b, const std::string& prefix,
-                          std::vector<std::string>& out) {
-  if (a.is_object() && b.is_object()) {
-    for (const auto& [k, v] : a.items())
-      scenario_differences(v, at(b, k.c_str()), prefix.empty() ? k : prefix + "." + k, out);
-    for (const auto& [k, v] : b.items())
-      if (!a.contains(k))
-        scenario_differences(json(), v, prefix.empty() ? k : prefix + "." + k, out);
-    return;
-  }
-  if (a != b)
-    out.push_back(fmt::format("{} ({} -> {})", prefix, a.is_null() ? "unset" : a.dump(),
-                              b.is_null() ? "unset" : b.dump()));
-}
-
 void check_scenarios(const Document& base, const Document& next, const GateOptions& options,
                      GateOutcome& out) {
-  std::vector<std::string> diff;
-  scenario_differences(comparable_scenario(at(base.doc, "scenario")),
-                       comparable_scenario(at(next.doc, "scenario")), "", diff);
+  // Keys that do not change what a point measures.
+  std::vector<std::string> diff =
+      scenario_differences(at(base.doc, "scenario"), at(next.doc, "scenario"),
+                           {"outputs", "trace", "repetitions", "point_time_limit_s", "source",
+                            "description", "backend"});
   if (diff.empty()) return;
   if (diff.size() > 4) diff.resize(4), diff.emplace_back("...");
   const std::string problem = fmt::format("its scenario differs from the baseline's ({}) in {}",

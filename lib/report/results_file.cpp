@@ -42,6 +42,33 @@ bool is_results_document(const json& doc) {
          at(doc, "points").is_array();
 }
 
+namespace {
+
+void differences(const json& a, const json& b, const std::string& prefix,
+                 std::vector<std::string>& out) {
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [k, v] : a.items())
+      differences(v, at(b, k.c_str()), prefix.empty() ? k : prefix + "." + k, out);
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k)) differences(json(), v, prefix.empty() ? k : prefix + "." + k, out);
+    return;
+  }
+  if (a != b)
+    out.push_back(fmt::format("{} ({} -> {})", prefix, a.is_null() ? "unset" : a.dump(),
+                              b.is_null() ? "unset" : b.dump()));
+}
+
+}  // namespace
+
+std::vector<std::string> scenario_differences(const json& a, const json& b,
+                                              const std::vector<std::string>& ignored) {
+  json x = a.is_object() ? a : json::object(), y = b.is_object() ? b : json::object();
+  for (const auto& k : ignored) x.erase(k), y.erase(k);
+  std::vector<std::string> out;
+  differences(x, y, "", out);
+  return out;
+}
+
 json load_results(const std::filesystem::path& path) {
   const std::string where = path.string();
   const char* fix = "give the path of a results.json written by 'hisparse-bench run'";

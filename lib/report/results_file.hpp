@@ -18,6 +18,12 @@ namespace hisparse {
 /// Whether `doc` looks like a results document (schema_version and points), of any version.
 [[nodiscard]] bool is_results_document(const nlohmann::json& doc);
 
+/// The keys in which two resolved scenarios (results.json `scenario`) differ, each as
+/// "key (old -> new)" with nested keys dotted ("workload.seed (1 -> 2)"); top-level keys in
+/// `ignored` are left out.
+[[nodiscard]] std::vector<std::string> scenario_differences(
+    const nlohmann::json& a, const nlohmann::json& b, const std::vector<std::string>& ignored);
+
 /// Any JSON file. Throws Error naming `path` (with `fix`) when it cannot be read or parsed.
 [[nodiscard]] nlohmann::json read_json_file(const std::filesystem::path& path,
                                             const std::string& fix);

@@ -9,11 +9,27 @@ namespace hisparse {
 
 const std::vector<std::string>& scenario_key_paths() {
   static const std::vector<std::string> keys = [] {
-    std::vector<std::string> k{"name",         "description", "model",          "backend",
-                               "mode",         "concurrency", "context_length", "decode_steps",
-                               "warmup_steps", "repetitions", "top_k",          "hot_buffer",
-                               "budget_bits",  "policy",      "workload",       "sweep",
-                               "skip",         "outputs",     "trace",          "fathom"};
+    std::vector<std::string> k{"name",
+                               "description",
+                               "model",
+                               "backend",
+                               "mode",
+                               "concurrency",
+                               "context_length",
+                               "decode_steps",
+                               "warmup_steps",
+                               "repetitions",
+                               "point_time_limit_s",
+                               "top_k",
+                               "hot_buffer",
+                               "budget_bits",
+                               "policy",
+                               "workload",
+                               "sweep",
+                               "skip",
+                               "outputs",
+                               "trace",
+                               "fathom"};
     for (const char* w :
          {"generator", "seed", "channel_spread_decades", "outlier_channels", "outlier_scale",
           "sink_tokens", "recency_bias", "query_drift", "replay_path"})

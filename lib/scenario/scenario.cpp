@@ -192,6 +192,8 @@ class ScenarioParser {
           static_cast<int>(r_.integer(root["warmup_steps"], "warmup_steps", 0, 1000000));
     if (root["repetitions"])
       s.repetitions = static_cast<int>(r_.integer(root["repetitions"], "repetitions", 1, 1000));
+    if (root["point_time_limit_s"])
+      s.point_time_limit_s = r_.real(root["point_time_limit_s"], "point_time_limit_s", 0, 1e7);
     if (root["workload"]) s.workload = workload(root["workload"]);
     s.outputs.dir = std::filesystem::path("results") / s.name;
     if (root["outputs"]) outputs(root["outputs"], s.outputs);
@@ -658,6 +660,7 @@ nlohmann::json Scenario::to_json() const {
   j["decode_steps"] = decode_steps;
   j["warmup_steps"] = warmup_steps;
   j["repetitions"] = repetitions;
+  j["point_time_limit_s"] = point_time_limit_s;
   for (const auto& axis : sweep_axis_names()) {
     const auto& v = values.at(axis);
     const bool swept_axis = std::find(swept.begin(), swept.end(), axis) != swept.end();

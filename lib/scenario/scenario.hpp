@@ -16,6 +16,10 @@
 //   repetitions: 1              # runs of each point, each a fresh engine (warm-up included),
 //                               # 1..1000 [1]; `run --repetitions N`. The gate's rank test needs
 //                               # 4 or more a side to decide on a timing
+//   point_time_limit_s: 0       # wall-clock seconds a point may take, 0 = no limit [0]: past
+//                               # it the point fails at its next step's end and the sweep goes
+//                               # on; a step that never returns ends the run at 2x the limit
+//                               # (+ 60 s), leaving results.json resumable (run --resume)
 //   top_k: 0                    # rows selected per step; 0 = the indexer's top_k, else 2048 [0]
 //   hot_buffer: 0               # HiSparse slots per request and layer; 0 = 2 * top_k [0]
 //   budget_bits: 48             # Fathom plane bits per token and KV head, 0..4*head_dim [48]
@@ -137,6 +141,7 @@ class Scenario {
   int decode_steps = 8;
   int warmup_steps = 2;
   int repetitions = 1;
+  double point_time_limit_s = 0;
   WorkloadSpec workload;
   OutputSpec outputs;
   TraceSpec trace;

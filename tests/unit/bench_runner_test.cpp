@@ -26,7 +26,7 @@ TEST(BenchRunner, MeasuresDecodeStepsAfterWarmup) {
   const ModelSpec model = load_model("tiny-gqa");
   const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
   int calls = 0;
-  const PointMetrics m = runner.run(model, small_config(2), 1, 3, [&](int done, int total) {
+  const PointMetrics m = runner.run(model, small_config(2), {1, 3}, [&](int done, int total) {
     ++calls;
     EXPECT_EQ(total, 4);
     EXPECT_EQ(done, calls);
@@ -56,7 +56,7 @@ TEST(BenchRunner, AdmitsWhatFitsAndQueuesTheRest) {
   const double budget = static_cast<double>(capacity.weight_bytes()) + q.activation_reserve_bytes +
                         2.5 * static_cast<double>(per_request);
   const Runner runner(Backend::cpu, MemoryBudget{budget, 0, "test budget"});
-  const PointMetrics m = runner.run(model, small_config(5), 0, 1);
+  const PointMetrics m = runner.run(model, small_config(5), {0, 1});
   EXPECT_EQ(m.admitted, 2);
   EXPECT_EQ(m.running, 2);
   EXPECT_EQ(m.queued, 3);
@@ -66,7 +66,7 @@ TEST(BenchRunner, AdmitsWhatFitsAndQueuesTheRest) {
 // The Error a run that cannot admit one request throws; a test failure when it throws none.
 Error admission_error(const Runner& runner, const ModelSpec& model, const EngineConfig& config) {
   try {
-    (void)runner.run(model, config, 0, 1);
+    (void)runner.run(model, config, {0, 1});
   } catch (const Error& e) {
     return e;
   }
@@ -145,7 +145,7 @@ TEST(BenchRunner, LruPolicyReproducesTheMeasuredMissRate) {
   const ModelSpec model = load_model("tiny-dsa");
   const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
   // No warm-up: the measured steps are exactly the steps the traces cover.
-  const PointMetrics m = runner.run(model, hisparse_config("lru", 24), 0, 4);
+  const PointMetrics m = runner.run(model, hisparse_config("lru", 24), {0, 4});
   ASSERT_GT(m.misses, 0);
   EXPECT_EQ(m.policy, "lru");
   EXPECT_EQ(m.policy_steps, 4);
@@ -165,11 +165,11 @@ TEST(BenchRunner, LruPolicyReproducesTheMeasuredMissRate) {
 TEST(BenchRunner, PolicyAnalysisCoversWarmupAndNamesThePolicy) {
   const ModelSpec model = load_model("tiny-dsa");
   const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
-  const PointMetrics belady = runner.run(model, hisparse_config("belady", 24), 1, 3);
+  const PointMetrics belady = runner.run(model, hisparse_config("belady", 24), {1, 3});
   EXPECT_EQ(belady.policy, "belady");
   EXPECT_EQ(belady.policy_steps, 4);
   EXPECT_EQ(belady.policy_miss_rate, belady.optimal_miss_rate);
-  const PointMetrics fifo = runner.run(model, hisparse_config("fifo", 24), 1, 3);
+  const PointMetrics fifo = runner.run(model, hisparse_config("fifo", 24), {1, 3});
   EXPECT_EQ(fifo.policy, "fifo");
   EXPECT_EQ(fifo.optimal_miss_rate, belady.optimal_miss_rate);  // same traces
   EXPECT_GE(fifo.policy_miss_rate, fifo.optimal_miss_rate);
@@ -179,17 +179,65 @@ TEST(BenchRunner, PolicyAnalysisCoversWarmupAndNamesThePolicy) {
 TEST(BenchRunner, UnmeasuredFieldsAreNullInTheJson) {
   const ModelSpec model = load_model("tiny-gqa");
   const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
-  const nlohmann::json dense = runner.run(model, small_config(1), 0, 1);
+  const nlohmann::json dense = runner.run(model, small_config(1), {0, 1});
   for (const char* key : {"selection_recall", "attention_rel_error", "policy", "policy_miss_rate",
                           "optimal_miss_rate", "hit_rate"})
     EXPECT_TRUE(dense.at(key).is_null()) << key;
   EXPECT_EQ(dense.at("policy_steps"), 0);
   EngineConfig c = small_config(1);
   c.mode = Mode::sparse_gpu;
-  const nlohmann::json sparse = runner.run(model, c, 0, 2);
+  const nlohmann::json sparse = runner.run(model, c, {0, 2});
   EXPECT_GT(sparse.at("selection_recall").get<double>(), 0.0);
   EXPECT_GE(sparse.at("attention_rel_error").get<double>(), 0.0);
   EXPECT_TRUE(sparse.at("policy_miss_rate").is_null());
+}
+
+TEST(BenchRunner, RepetitionsPoolTheirStepsAndRecordEachRunsThroughput) {
+  const ModelSpec model = load_model("tiny-gqa");
+  const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
+  int calls = 0, last_total = 0;
+  const PointMetrics m = runner.run(model, small_config(2), {1, 3, 4}, [&](int done, int total) {
+    EXPECT_EQ(done, ++calls);  // progress counts the steps of every repetition
+    last_total = total;
+  });
+  EXPECT_EQ(calls, 16);
+  EXPECT_EQ(last_total, 16);
+  EXPECT_EQ(m.repetitions, 4);
+  EXPECT_EQ(m.step_ms.count, 12u);  // 4 x 3 measured steps
+  ASSERT_EQ(m.repetition_tokens_per_s.size(), 4u);
+  ASSERT_EQ(m.repetition_step_ms_median.size(), 4u);
+  for (std::size_t r = 0; r < 4; ++r)
+    EXPECT_DOUBLE_EQ(m.repetition_tokens_per_s[r], 2 / (m.repetition_step_ms_median[r] * 1e-3));
+  // The deterministic metrics are the first repetition's, checked equal in the others: the same
+  // as one run of the point.
+  const PointMetrics once = runner.run(model, small_config(2), {1, 3});
+  EXPECT_EQ(m.next_tokens_digest, once.next_tokens_digest);
+  EXPECT_EQ(m.next_tokens_digest.size(), 16u);
+  EXPECT_EQ(m.hits, once.hits);
+  const nlohmann::json j = m;
+  EXPECT_EQ(j["repetitions"]["count"], 4);
+  EXPECT_EQ(j["repetitions"]["output_tokens_per_s"].size(), 4u);
+  EXPECT_FALSE(nlohmann::json(once).contains("repetitions"));
+}
+
+TEST(BenchRunner, APointPastItsTimeLimitFailsNamingTheKey) {
+  const ModelSpec model = load_model("tiny-gqa");
+  const Runner runner(Backend::cpu, MemoryBudget{1e12, 0, "test budget"});
+  PointPlan plan{0, 50};
+  plan.time_limit_s = 1e-9;  // past after the first step
+  try {
+    (void)runner.run(model, small_config(1), plan);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), "tiny-gqa dense at context 64");
+    EXPECT_EQ(e.problem().rfind("the point ran past point_time_limit_s (1e-09 s): ", 0), 0u)
+        << e.what();
+    EXPECT_NE(e.problem().find(" after 1 of its 50 steps"), std::string::npos) << e.what();
+    EXPECT_EQ(e.fix(),
+              "raise point_time_limit_s, or lower decode_steps, repetitions or the point's size");
+  }
+  plan.time_limit_s = 600;
+  EXPECT_EQ(runner.run(model, small_config(1), plan).step_ms.count, 50u);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.hpp"
+
 namespace hisparse::cli {
 
 /// Flags shared by the subcommands (each subcommand registers the ones it uses).
@@ -95,6 +97,8 @@ struct RunRequest {
   /// OUT/selections/point-N/ (what `policies` reads)
   bool save_selections = false;
   int repetitions = 0;  ///< --repetitions; 0: the scenario's repetitions (default 1)
+  /// --resume DIR: continue the sweep whose results are in DIR (written there)
+  std::string resume;
 };
 
 struct CompareArgs {
@@ -125,6 +129,12 @@ int info_command(const CommonOptions& o);
 int quality_command(const QualityOptions& q, const CommonOptions& o);
 int capture_command(const CaptureOptions& c, const CommonOptions& o);
 int policies_command(const PoliciesOptions& p, const CommonOptions& o);
+
+/// The argument as a POSIX shell reads it back (quoted only where needed).
+[[nodiscard]] std::string shell_quote(const std::string& arg);
+
+/// Bytes of the copies that measure a backend's bandwidth ceilings at run start.
+[[nodiscard]] std::size_t ceiling_probe_bytes(Backend backend);
 
 /// --json output: the document, indented, on stdout.
 void print_json(const nlohmann::json& j);

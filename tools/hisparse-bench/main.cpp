@@ -16,7 +16,8 @@ namespace {
 constexpr const char* kFooter =
     "Exit status: 0 success; 1 a sweep point failed (the other points completed and were "
     "written); 2 bad input (flags, scenario or model YAML, files, impossible sizes) or no usable "
-    "backend.\n"
+    "backend; 124 a step ran past twice point_time_limit_s; 130 / 143 stopped by SIGINT / "
+    "SIGTERM (completed points kept: continue with run --resume DIR).\n"
     "Scenarios: scenarios/*.yaml (hisparse-bench list scenarios); keys documented in "
     "lib/scenario/scenario.hpp.";
 
@@ -25,15 +26,6 @@ void print_error(const std::string& message) {
   for (char& c : line)
     if (c == '\n' || c == '\r') c = ' ';
   std::fprintf(stderr, "error: %s\n", line.c_str());
-}
-
-std::string shell_quote(const std::string& arg) {
-  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                            "0123456789_-./=:,+@%") == std::string::npos)
-    return arg;
-  std::string out = "'";
-  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 int run_cli(int argc, char** argv) {
@@ -48,7 +40,7 @@ int run_cli(int argc, char** argv) {
 
   cli::CommonOptions common;
   for (int i = 0; i < argc; ++i)
-    common.command_line += (i ? " " : "") + shell_quote(i == 0 ? "hisparse-bench" : argv[i]);
+    common.command_line += (i ? " " : "") + cli::shell_quote(i == 0 ? "hisparse-bench" : argv[i]);
 
   auto add_json = [&](CLI::App* sub) {
     sub->add_flag("--json", common.json, "Print machine-readable JSON on stdout (nothing else)");
@@ -87,6 +79,10 @@ int run_cli(int argc, char** argv) {
                   "Run every point N times, each with a fresh engine (default: the scenario's "
                   "repetitions, else 1): the repetitions the gate's rank test judges timings by")
       ->check(CLI::Range(1, 1000));
+  run->add_option("--resume", run_request.resume,
+                  "Continue the sweep whose results are in DIR (an interrupted run's --out): "
+                  "checks the scenario, build and device match, keeps every completed point and "
+                  "runs the rest");
   run->add_flag("--save-selections", run_request.save_selections,
                 "Write every hot-buffer point's recorded selections (all steps since admission) as "
                 "text traces, one per layer and stream, under OUT/selections/point-N/: the input "
