@@ -42,4 +42,22 @@ HISPARSE_HD void quantize_index_key(const float* key, int dim, std::uint8_t* cod
   *scale = s;
 }
 
+/// The new index keys of a step, one per request: key r (at keys + r * key_stride, dim floats)
+/// quantised into row r * dest_row_stride + dest_offset of `codes` / `scales` (the cache row of
+/// the new token: request r's rows start at r * capacity, the token sits at its position).
+struct QuantizeIndexKeysArgs {
+  const float* keys = nullptr;
+  std::uint8_t* codes = nullptr;  ///< [.. x dim] fp8 e4m3
+  float* scales = nullptr;        ///< [..]
+  int rows = 0;
+  int dim = 0;
+  int key_stride = 0;
+  std::int64_t dest_row_stride = 0;
+  std::int64_t dest_offset = 0;
+};
+#if HISPARSE_WITH_CUDA
+void launch_quantize_index_keys(const QuantizeIndexKeysArgs& args, cudaStream_t stream);
+#endif
+void quantize_index_keys_ref(const QuantizeIndexKeysArgs& args);
+
 }  // namespace hisparse::kernels

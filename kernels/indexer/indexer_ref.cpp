@@ -30,4 +30,12 @@ void indexer_ref(const IndexerArgs& a) {
   }
 }
 
+void quantize_index_keys_ref(const QuantizeIndexKeysArgs& a) {
+  for (int r = 0; r < a.rows; ++r) {
+    const std::int64_t at = static_cast<std::int64_t>(r) * a.dest_row_stride + a.dest_offset;
+    quantize_index_key(a.keys + static_cast<std::ptrdiff_t>(r) * a.key_stride, a.dim,
+                       a.codes + at * a.dim, a.scales + at);
+  }
+}
+
 }  // namespace hisparse::kernels

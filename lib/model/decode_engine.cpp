@@ -21,6 +21,7 @@
 #include "kernels/indexer/indexer.hpp"
 #include "kernels/topk/topk.hpp"
 #include "model/capacity_model.hpp"
+#include "model/detail/engine_impl.hpp"
 #include "model/engine_fathom_index.hpp"
 #include "model/engine_hot_rows.hpp"
 #include "model/kv_workload.hpp"
@@ -29,22 +30,16 @@
 #include "trace/nvtx.hpp"
 
 namespace hisparse {
+using detail::kDefaultDecodeSteps;
+using detail::kFathomRecent;
+using detail::kFathomSinks;
+using detail::kModelQueryShare;
+using detail::validate_config;
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::size_t;
 
-// Share of the model's own query mixed into a synthetic workload's query (by RMS): the workload
-// gives the selection its structure (channel spread, sinks, drift), the model makes the output
-// depend on the weights and the tokens. A replayed capture's queries are used as captured: they
-// are the data being measured.
-constexpr float kModelQueryShare = 0.25f;
-
-// Host pool / plane store room for generated tokens when the caller does not say how many steps.
-constexpr int kDefaultDecodeSteps = 256;
-// Fathom's fixed parts of a selection (REFERENCE.md section 2).
-constexpr int kFathomSinks = 4;
-constexpr int kFathomRecent = 32;
 // The hot buffer's upper bound (the swap-in's slot tables).
 constexpr int kMaxHotSlots = 32768;
 
@@ -117,28 +112,23 @@ class PhaseTimer {
 
 }  // namespace
 
-// Throws Error for a configuration the CPU engine cannot run. A top_k at or above the sequence
-// length is allowed: every token is then selected and sparse-gpu computes exactly what dense does.
-void validate_config(const ModelSpec& model, const EngineConfig& c);
-
-class DecodeEngine::Impl {
+// The CPU engine: the reference every other backend is checked against.
+class CpuDecodeEngine final : public detail::EngineImpl {
  public:
-  Impl(const ModelSpec& model, const EngineConfig& config);
-  StepStats step();
+  CpuDecodeEngine(const ModelSpec& model, const EngineConfig& config);
+  StepStats step() override;
+  [[nodiscard]] const std::vector<std::string>& workload_notes() const noexcept override {
+    return workload_.notes();
+  }
+  [[nodiscard]] std::vector<SelectionTrace> selection_traces() const override {
+    return hot_rows_ ? hot_rows_->traces() : std::vector<SelectionTrace>{};
+  }
+  [[nodiscard]] std::vector<float> last_attention(int layer) const override;
+  [[nodiscard]] std::vector<float> last_queries(int layer) const override;
 
-  ModelSpec model_;
-  EngineConfig config_;
-  std::int64_t seq_len_ = 0;
-  std::size_t gpu_bytes_per_request_ = 0;
-  int hot_slots_ = 0;
-  int width_ = 0;    ///< selection entries per stream
-  int streams_ = 0;  ///< KV streams per layer
   std::unique_ptr<HotRowCache> hot_rows_;
   std::vector<std::vector<float>> last_attention_;  ///< per layer
   std::vector<std::vector<float>> last_queries_;    ///< per layer, as attention read them
-  /// kModelQueryShare for synthetic workloads, 0 for a replayed capture
-  float model_query_share_ = 0.0f;
-  [[nodiscard]] const KvWorkload& workload() const noexcept { return workload_; }
 
  private:
   void fill_context();
@@ -172,19 +162,11 @@ class DecodeEngine::Impl {
   /// without building a string).
   mutable std::vector<std::map<std::string, const float*, std::less<>>> layer_weights_;
   KvWorkload workload_;
-  int batch_ = 0;
-  int top_k_ = 0;
-  bool sparse_ = false;                 ///< the sparse-gpu selection (sparse-gpu, hisparse)
-  bool fathom_ = false;                 ///< the Fathom selection (fathom, hisparse+fathom)
-  std::int64_t pool_capacity_ = 0;      ///< tokens per stream of the host pool / plane stores
-  std::size_t deployed_row_bytes_ = 0;  ///< one stream's KV row in the deployment layout
+  std::int64_t pool_capacity_ = 0;  ///< tokens per stream of the host pool / plane stores
   std::unique_ptr<FathomKeyIndex> fathom_index_;
   std::vector<std::int32_t> slots_;  ///< last swap-in output [streams][width]
-  int quality_samples_ = 0;
-  double recall_sum_ = 0, error_sum_ = 0;
-  std::int64_t capacity_ = 0;  ///< rows per (request, KV head) allocated
+  std::int64_t capacity_ = 0;        ///< rows per (request, KV head) allocated
   std::int64_t step_ = 0;
-  int kv_heads_ = 0, key_dim_ = 0, value_dim_ = 0;
   std::vector<Buffer<float>> k_cache_, v_cache_;  ///< per layer [batch][kv_heads][capacity][dim]
   std::vector<Buffer<std::uint8_t>> index_keys_;  ///< per layer [batch][capacity][index_dim]
   std::vector<Buffer<float>> index_scales_;       ///< per layer [batch][capacity]
@@ -192,32 +174,13 @@ class DecodeEngine::Impl {
   std::vector<std::int32_t> indices_;  ///< last selection [batch][groups][top_k]
 };
 
-DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
-    : model_(model),
-      config_(config),
+CpuDecodeEngine::CpuDecodeEngine(const ModelSpec& model, const EngineConfig& config)
+    : EngineImpl(model, config),
       weights_((validate_config(model, config), model)),
       layer_weights_(static_cast<std::size_t>(model.layers)),
       workload_(model, config.workload, config.concurrency, config.context_length) {
-  batch_ = config.concurrency;
-  sparse_ = config.mode == Mode::sparse_gpu || config.mode == Mode::hisparse;
-  fathom_ = config.mode == Mode::fathom || config.mode == Mode::hisparse_fathom;
-  top_k_ = config.top_k > 0 ? config.top_k : (model.has_indexer() ? model.indexer.top_k : 2048);
-  kv_heads_ = workload_.kv_heads();
-  key_dim_ = workload_.key_dim();
-  value_dim_ = workload_.value_dim();
-  CapacityQuery q;
-  q.context_length = config.context_length;
-  q.top_k = top_k_;
-  q.hot_buffer = config.hot_buffer;
-  q.budget_bits = config.budget_bits;
-  gpu_bytes_per_request_ = CapacityModel(model).footprint(config.mode, q).gpu_bytes;
-  seq_len_ = config.context_length;
-  tokens_.resize(zu(batch_));
-  for (int b = 0; b < batch_; ++b)
-    tokens_[zu(b)] = static_cast<std::int32_t>(
-        random_bits(config.workload.seed ^ 0x70c0ull, static_cast<std::uint64_t>(b)) %
-        static_cast<std::uint64_t>(model.vocab));
-  model_query_share_ = workload_.replay() ? 0.0f : kModelQueryShare;
+  derive_sizes(workload_);
+  tokens_ = first_tokens();
   fill_context();
   setup_offload();
   last_attention_.resize(zu(model.layers));
@@ -225,52 +188,19 @@ DecodeEngine::Impl::Impl(const ModelSpec& model, const EngineConfig& config)
 }
 
 // The host-side structures of the offloading modes, filled from the context.
-void DecodeEngine::Impl::setup_offload() {
+void CpuDecodeEngine::setup_offload() {
   HISPARSE_FUNC_RANGE();
   const bool mla = model_.is_mla();
-  streams_ = mla ? batch_ : batch_ * kv_heads_;
-  deployed_row_bytes_ = mla ? model_.kv_row_bytes() : model_.kv_row_bytes() / zu(kv_heads_);
   const int steps = config_.max_decode_steps > 0 ? config_.max_decode_steps : kDefaultDecodeSteps;
   pool_capacity_ = seq_len_ + steps;
-  width_ = config_.mode == Mode::dense ? 0 : top_k_;
   if (fathom_) {
-    FathomIndexShape shape;
-    shape.layers = model_.layers;
-    shape.streams = streams_;
-    shape.head_dim = key_dim_;
-    shape.group = model_.gqa.q_heads / kv_heads_;
-    shape.capacity = pool_capacity_;
-    shape.klt = config_.fathom_klt;
-    shape.centre_keys = config_.fathom_centre_keys;
-    shape.head_budgets = config_.fathom_head_budgets;
-    shape.kv_heads = kv_heads_;
-    fathom::SelectorConfig selector{top_k_, kFathomSinks, kFathomRecent, config_.budget_bits};
-    selector.rule = config_.fathom_rule;
-    fathom_index_ = std::make_unique<FathomKeyIndex>(shape, selector, Backend::cpu);
+    fathom_index_ = make_fathom_index(pool_capacity_, Backend::cpu);
+    width_ = fathom_index_->width();
     for (int l = 0; l < model_.layers; ++l)
       fathom_index_->load_context(l, k_cache_[zu(l)].host_data(), capacity_ * key_dim_, seq_len_);
-    width_ = fathom_index_->width();
   }
-  if (config_.mode != Mode::hisparse && config_.mode != Mode::hisparse_fathom) return;
-  hot_slots_ = config_.hot_buffer > 0 ? config_.hot_buffer : 2 * top_k_;
-  if (hot_slots_ < width_)
-    throw Error(
-        "hot_buffer",
-        config_.mode == Mode::hisparse
-            ? fmt::format("hot_buffer {} is smaller than top_k {}", hot_slots_, width_)
-            : fmt::format("hot_buffer {} cannot hold one Fathom selection of up to {} rows "
-                          "({} sinks + {} recent + {} query heads x (top_k {} - {}))",
-                          hot_slots_, width_, kFathomSinks, kFathomRecent,
-                          model_.gqa.q_heads / kv_heads_, top_k_, kFathomSinks + kFathomRecent),
-        fmt::format("use hot_buffer >= {}", width_));
-  HotRowShape shape;
-  shape.streams = streams_;
-  shape.layers = model_.layers;
-  shape.capacity = pool_capacity_;
-  shape.row_floats = mla ? key_dim_ : 2 * key_dim_;
-  shape.hot = hot_slots_;
-  shape.width = width_;
-  hot_rows_ = std::make_unique<HotRowCache>(shape, Backend::cpu);
+  hot_rows_ = make_hot_rows(pool_capacity_, Backend::cpu);
+  if (!hot_rows_) return;
   for (int l = 0; l < model_.layers; ++l)
     for (int s = 0; s < streams_; ++s)
       for (std::int64_t t = 0; t < seq_len_; ++t) {
@@ -282,7 +212,7 @@ void DecodeEngine::Impl::setup_offload() {
   hot_rows_->admit_all(seq_len_);
 }
 
-void DecodeEngine::Impl::ensure_pool_room() const {
+void CpuDecodeEngine::ensure_pool_room() const {
   if ((hot_rows_ || fathom_index_) && seq_len_ >= pool_capacity_)
     throw Error(fmt::format("mode {}", name_of(config_.mode)),
                 fmt::format("step {} needs room for token {}, the host pool holds {} tokens per "
@@ -293,8 +223,8 @@ void DecodeEngine::Impl::ensure_pool_room() const {
 
 // HiSparse placement of one layer: swap-in of the selection in indices_, then point the
 // attention at the hot rows and the slots the swap-in resolved.
-void DecodeEngine::Impl::place_hot(int l, int kv_heads, std::int64_t seq_len,
-                                   kernels::DecodeAttentionArgs& a, StepStats& stats) {
+void CpuDecodeEngine::place_hot(int l, int kv_heads, std::int64_t seq_len,
+                                kernels::DecodeAttentionArgs& a, StepStats& stats) {
   HISPARSE_RANGE("swap_in", Phase::swap_in);
   PhaseTimer t(stats, "swap_in");
   slots_.resize(indices_.size());
@@ -316,46 +246,21 @@ void DecodeEngine::Impl::place_hot(int l, int kv_heads, std::int64_t seq_len,
 
 // Recall of the selection (positions in indices_) and error of the attention output against
 // dense attention over the whole cache, for the sampled layers.
-void DecodeEngine::Impl::measure_quality(int l, const kernels::DecodeAttentionArgs& sparse,
-                                         const float* sparse_out, int groups, StepStats& stats) {
-  const bool sampled = l == 0 || l == model_.layers - 1;  // DecodeEngine::is_quality_layer
-  if (!config_.quality_metrics || config_.mode == Mode::dense || !sampled) return;
+void CpuDecodeEngine::measure_quality(int l, const kernels::DecodeAttentionArgs& sparse,
+                                      const float* sparse_out, int groups, StepStats& stats) {
+  if (!samples_quality(l)) return;
   PhaseTimer t(stats, "quality");
-  const bool mla = model_.is_mla();
-  const std::int64_t len = seq_len_ + 1;
-  const std::vector<std::int64_t> lens(zu(batch_), len);
-  kernels::DecodeAttentionArgs d = sparse;
-  d.k = k_cache_[zu(l)].host_data();
-  d.v = mla ? d.k : v_cache_[zu(l)].host_data();
-  d.kv_heads = mla ? 1 : kv_heads_;
-  d.capacity = capacity_;
-  d.k_row_stride = mla ? key_dim_ : 0;
-  d.v_row_stride = mla ? key_dim_ : 0;
-  d.indices = nullptr;
-  d.seq_lens = lens.data();
+  const std::vector<std::int64_t> lens(zu(batch_), seq_len_ + 1);
+  const float* k = k_cache_[zu(l)].host_data();
+  kernels::DecodeAttentionArgs d = dense_twin(
+      sparse, k, model_.is_mla() ? k : v_cache_[zu(l)].host_data(), capacity_, lens.data());
   std::vector<float> dense(zu(batch_) * zu(d.q_heads) * zu(d.v_dim));
   d.out = dense.data();
   kernels::decode_attention_ref(d);
-  SelectionRecallArgs r;
-  r.q = sparse.q;
-  r.k = d.k;
-  r.batch = batch_;
-  r.q_heads = d.q_heads;
-  r.kv_heads = d.kv_heads;
-  r.dim = d.qk_dim;
-  r.capacity = capacity_;
-  r.k_row_stride = d.k_row_stride;
-  r.seq_len = len;
-  r.selected = indices_.data();
-  r.groups = groups;
-  r.width = width_;
-  r.top_k = top_k_;
-  recall_sum_ += selection_recall(r);
-  error_sum_ += mean_relative_l2_error(sparse_out, dense.data(), batch_ * d.q_heads, d.v_dim);
-  ++quality_samples_;
+  add_quality_sample(d, sparse.q, k, indices_.data(), groups, sparse_out, dense.data());
 }
 
-void DecodeEngine::Impl::fill_context() {
+void CpuDecodeEngine::fill_context() {
   HISPARSE_FUNC_RANGE();
   ensure_capacity(seq_len_ + 16);
   const int ix_dim = workload_.index_dim();
@@ -383,7 +288,7 @@ void DecodeEngine::Impl::fill_context() {
 }
 
 // Grows every per-layer cache to hold `rows` tokens per (request, KV head), keeping contents.
-void DecodeEngine::Impl::ensure_capacity(std::int64_t rows) {
+void CpuDecodeEngine::ensure_capacity(std::int64_t rows) {
   if (rows <= capacity_) return;
   const std::int64_t cap = std::max(rows, capacity_ + capacity_ / 4 + 64);
   const int ix_dim = workload_.index_dim();
@@ -414,7 +319,7 @@ void DecodeEngine::Impl::ensure_capacity(std::int64_t rows) {
   capacity_ = cap;
 }
 
-StepStats DecodeEngine::Impl::step() {
+StepStats CpuDecodeEngine::step() {
   HISPARSE_RANGE("step", Phase::step);
   StepStats stats;
   for (const char* p : {"embed", "indexer", "topk", "attention", "ffn", "lm_head", "append"})
@@ -424,8 +329,6 @@ StepStats DecodeEngine::Impl::step() {
   const auto start = Clock::now();
   ensure_pool_room();
   ensure_capacity(seq_len_ + 1);
-  quality_samples_ = 0;
-  recall_sum_ = error_sum_ = 0;
   const int H = model_.hidden;
   std::vector<float> x(zu(batch_) * zu(H)), h(x.size());
   {
@@ -469,16 +372,13 @@ StepStats DecodeEngine::Impl::step() {
   tokens_ = stats.next_tokens;
   ++seq_len_;
   ++step_;
-  if (quality_samples_ > 0) {
-    stats.recall = recall_sum_ / quality_samples_;
-    stats.attention_rel_error = error_sum_ / quality_samples_;
-  }
+  finish_quality(stats);
   stats.step_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - start).count() - stats.quality_ms;
   return stats;
 }
 
-void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStats& stats) {
+void CpuDecodeEngine::attention_gqa(int l, const float* h, float* x, StepStats& stats) {
   const GqaShape& s = model_.gqa;
   const int H = model_.hidden, hd = s.head_dim, qh = s.q_heads, kvh = s.kv_heads;
   const std::int64_t pos = seq_len_;  // the new token's position
@@ -625,7 +525,7 @@ void DecodeEngine::Impl::attention_gqa(int l, const float* h, float* x, StepStat
   last_attention_[zu(l)] = std::move(out);
 }
 
-void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStats& stats) {
+void CpuDecodeEngine::attention_mla(int l, const float* h, float* x, StepStats& stats) {
   const MlaShape& s = model_.mla;
   const int H = model_.hidden, heads = s.heads, nope = s.qk_nope_head_dim,
             rope = s.qk_rope_head_dim;
@@ -738,7 +638,7 @@ void DecodeEngine::Impl::attention_mla(int l, const float* h, float* x, StepStat
 }
 
 // DSA: append the new index key, then (sparse-gpu) score every token and take the top-k.
-void DecodeEngine::Impl::select_dsa(int l, const float* h, const float* q_a, StepStats& stats) {
+void CpuDecodeEngine::select_dsa(int l, const float* h, const float* q_a, StepStats& stats) {
   const IndexerShape& ix = model_.indexer;
   const int H = model_.hidden;
   const std::int64_t pos = seq_len_;
@@ -814,7 +714,7 @@ void DecodeEngine::Impl::select_dsa(int l, const float* h, const float* q_a, Ste
   kernels::topk_ref(tk);
 }
 
-void DecodeEngine::Impl::ffn(int l, const float* h, float* x) {
+void CpuDecodeEngine::ffn(int l, const float* h, float* x) {
   const int H = model_.hidden;
   auto swiglu = [&](const float* in, int rows, const std::string& prefix, int width) {
     std::vector<float> gate_up(zu(rows) * 2 * zu(width)), act(zu(rows) * zu(width));
@@ -863,9 +763,15 @@ void DecodeEngine::Impl::ffn(int l, const float* h, float* x) {
   }
 }
 
+namespace detail {
 void validate_config(const ModelSpec& model, const EngineConfig& c) {
-  if (c.backend == Backend::cuda)
-    throw Error("--backend cuda", "CUDA decode engine not yet implemented", "use --backend cpu");
+  if (c.backend == Backend::cuda && !HISPARSE_WITH_CUDA)
+    throw Error("--backend cuda",
+                "this build has no CUDA backend (nvcc was not found at configure time)",
+                "install the CUDA toolkit and reconfigure, or use --backend cpu");
+  if (std::string gpu_missing; c.backend == Backend::cuda && !cuda_available(&gpu_missing))
+    throw Error("--backend cuda", fmt::format("no usable GPU ({})", gpu_missing),
+                "use --backend cpu or --backend auto");
   std::string why;
   if (!mode_supported(model, c.mode, &why))
     throw Error(fmt::format("mode {}", name_of(c.mode)), why, "pick a mode the model supports");
@@ -891,8 +797,145 @@ void validate_config(const ModelSpec& model, const EngineConfig& c) {
                 "use 0 for the default or the number of steps the run takes");
 }
 
-DecodeEngine::DecodeEngine(const ModelSpec& model, const EngineConfig& config)
-    : impl_(std::make_unique<Impl>(model, config)) {}
+void EngineImpl::derive_sizes(const KvWorkload& workload) {
+  const EngineConfig& c = config_;
+  batch_ = c.concurrency;
+  sparse_ = c.mode == Mode::sparse_gpu || c.mode == Mode::hisparse;
+  fathom_ = c.mode == Mode::fathom || c.mode == Mode::hisparse_fathom;
+  top_k_ = c.top_k > 0 ? c.top_k : (model_.has_indexer() ? model_.indexer.top_k : 2048);
+  kv_heads_ = workload.kv_heads();
+  key_dim_ = workload.key_dim();
+  value_dim_ = workload.value_dim();
+  CapacityQuery q;
+  q.context_length = c.context_length;
+  q.top_k = top_k_;
+  q.hot_buffer = c.hot_buffer;
+  q.budget_bits = c.budget_bits;
+  gpu_bytes_per_request_ = CapacityModel(model_).footprint(c.mode, q).gpu_bytes;
+  seq_len_ = c.context_length;
+  model_query_share_ = workload.replay() ? 0.0f : kModelQueryShare;
+  const bool mla = model_.is_mla();
+  streams_ = mla ? batch_ : batch_ * kv_heads_;
+  deployed_row_bytes_ = mla ? model_.kv_row_bytes() : model_.kv_row_bytes() / zu(kv_heads_);
+  width_ = c.mode == Mode::dense ? 0 : top_k_;
+}
+
+std::vector<std::int32_t> EngineImpl::first_tokens() const {
+  std::vector<std::int32_t> tokens(zu(batch_));
+  for (int b = 0; b < batch_; ++b)
+    tokens[zu(b)] = static_cast<std::int32_t>(
+        random_bits(config_.workload.seed ^ 0x70c0ull, static_cast<std::uint64_t>(b)) %
+        static_cast<std::uint64_t>(model_.vocab));
+  return tokens;
+}
+
+kernels::DecodeAttentionArgs EngineImpl::dense_twin(const kernels::DecodeAttentionArgs& sparse,
+                                                    const float* k, const float* v,
+                                                    std::int64_t capacity,
+                                                    const std::int64_t* seq_lens) const {
+  const bool mla = model_.is_mla();
+  kernels::DecodeAttentionArgs d = sparse;
+  d.k = k;
+  d.v = v;
+  d.kv_heads = mla ? 1 : kv_heads_;
+  d.capacity = capacity;
+  d.k_row_stride = mla ? key_dim_ : 0;
+  d.v_row_stride = mla ? key_dim_ : 0;
+  d.indices = nullptr;
+  d.seq_lens = seq_lens;
+  return d;
+}
+
+void EngineImpl::add_quality_sample(const kernels::DecodeAttentionArgs& dense, const float* q,
+                                    const float* k, const std::int32_t* selected, int groups,
+                                    const float* sparse_out, const float* dense_out) {
+  SelectionRecallArgs r;
+  r.q = q;
+  r.k = k;
+  r.batch = batch_;
+  r.q_heads = dense.q_heads;
+  r.kv_heads = dense.kv_heads;
+  r.dim = dense.qk_dim;
+  r.capacity = dense.capacity;
+  r.k_row_stride = dense.k_row_stride;
+  r.seq_len = seq_len_ + 1;
+  r.selected = selected;
+  r.groups = groups;
+  r.width = width_;
+  r.top_k = top_k_;
+  recall_sum_ += selection_recall(r);
+  error_sum_ += mean_relative_l2_error(sparse_out, dense_out, batch_ * dense.q_heads, dense.v_dim);
+  ++quality_samples_;
+}
+
+void EngineImpl::finish_quality(StepStats& stats) {
+  if (quality_samples_ > 0) {
+    stats.recall = recall_sum_ / quality_samples_;
+    stats.attention_rel_error = error_sum_ / quality_samples_;
+  }
+  quality_samples_ = 0;
+  recall_sum_ = error_sum_ = 0;
+}
+
+std::unique_ptr<FathomKeyIndex> EngineImpl::make_fathom_index(std::int64_t capacity,
+                                                              Backend backend) const {
+  FathomIndexShape shape;
+  shape.layers = model_.layers;
+  shape.streams = streams_;
+  shape.head_dim = key_dim_;
+  shape.group = model_.gqa.q_heads / kv_heads_;
+  shape.capacity = capacity;
+  shape.klt = config_.fathom_klt;
+  shape.centre_keys = config_.fathom_centre_keys;
+  shape.head_budgets = config_.fathom_head_budgets;
+  shape.kv_heads = kv_heads_;
+  fathom::SelectorConfig selector{top_k_, kFathomSinks, kFathomRecent, config_.budget_bits};
+  selector.rule = config_.fathom_rule;
+  return std::make_unique<FathomKeyIndex>(shape, selector, backend);
+}
+
+// Null outside the hisparse modes; sets hot_slots_ (and needs width_ final: after the Fathom index).
+std::unique_ptr<HotRowCache> EngineImpl::make_hot_rows(std::int64_t capacity, Backend backend) {
+  if (config_.mode != Mode::hisparse && config_.mode != Mode::hisparse_fathom) return nullptr;
+  hot_slots_ = hot_slots_for(model_, config_, top_k_, width_, kv_heads_);
+  HotRowShape shape;
+  shape.streams = streams_;
+  shape.layers = model_.layers;
+  shape.capacity = capacity;
+  shape.row_floats = model_.is_mla() ? key_dim_ : 2 * key_dim_;
+  shape.hot = hot_slots_;
+  shape.width = width_;
+  return std::make_unique<HotRowCache>(shape, backend);
+}
+
+int hot_slots_for(const ModelSpec& model, const EngineConfig& config, int top_k, int width,
+                  int kv_heads) {
+  const int slots = config.hot_buffer > 0 ? config.hot_buffer : 2 * top_k;
+  if (slots < width)
+    throw Error(
+        "hot_buffer",
+        config.mode == Mode::hisparse
+            ? fmt::format("hot_buffer {} is smaller than top_k {}", slots, width)
+            : fmt::format("hot_buffer {} cannot hold one Fathom selection of up to {} rows "
+                          "({} sinks + {} recent + {} query heads x (top_k {} - {}))",
+                          slots, width, kFathomSinks, kFathomRecent, model.gqa.q_heads / kv_heads,
+                          top_k, kFathomSinks + kFathomRecent),
+        fmt::format("use hot_buffer >= {}", width));
+  return slots;
+}
+
+}  // namespace detail
+
+DecodeEngine::DecodeEngine(const ModelSpec& model, const EngineConfig& config) {
+#if HISPARSE_WITH_CUDA
+  if (config.backend == Backend::cuda) {
+    validate_config(model, config);
+    impl_ = detail::make_cuda_engine(model, config);
+    return;
+  }
+#endif
+  impl_ = std::make_unique<CpuDecodeEngine>(model, config);
+}
 DecodeEngine::~DecodeEngine() = default;
 
 StepStats DecodeEngine::step() {
@@ -912,9 +955,8 @@ std::size_t DecodeEngine::gpu_bytes_per_request() const noexcept {
 std::int64_t DecodeEngine::sequence_length() const noexcept {
   return impl_->seq_len_;
 }
-
 const std::vector<std::string>& DecodeEngine::workload_notes() const noexcept {
-  return impl_->workload().notes();
+  return impl_->workload_notes();
 }
 int DecodeEngine::hot_slots() const noexcept {
   return impl_->hot_slots_;
@@ -926,10 +968,19 @@ int DecodeEngine::kv_streams() const noexcept {
   return impl_->streams_;
 }
 std::vector<SelectionTrace> DecodeEngine::selection_traces() const {
-  return impl_->hot_rows_ ? impl_->hot_rows_->traces() : std::vector<SelectionTrace>{};
+  return impl_->selection_traces();
 }
-namespace {
-// The per-layer entry of one of the engine's last-step records; throws naming `what`.
+std::vector<float> DecodeEngine::last_attention(int layer) const {
+  return impl_->last_attention(layer);
+}
+std::vector<float> DecodeEngine::last_queries(int layer) const {
+  return impl_->last_queries(layer);
+}
+bool DecodeEngine::is_quality_layer(int layer) const noexcept {
+  return layer == 0 || layer == impl_->model_.layers - 1;
+}
+
+namespace detail {
 const std::vector<float>& layer_record(const std::vector<std::vector<float>>& records, int layer,
                                        const char* what) {
   if (layer < 0 || layer >= static_cast<int>(records.size()))
@@ -938,15 +989,13 @@ const std::vector<float>& layer_record(const std::vector<std::vector<float>>& re
         "pass a layer of the model");
   return records[zu(layer)];
 }
-}  // namespace
-std::vector<float> DecodeEngine::last_attention(int layer) const {
-  return layer_record(impl_->last_attention_, layer, "last_attention");
+}  // namespace detail
+
+std::vector<float> CpuDecodeEngine::last_attention(int layer) const {
+  return detail::layer_record(last_attention_, layer, "last_attention");
 }
-std::vector<float> DecodeEngine::last_queries(int layer) const {
-  return layer_record(impl_->last_queries_, layer, "last_queries");
-}
-bool DecodeEngine::is_quality_layer(int layer) const noexcept {
-  return layer == 0 || layer == impl_->model_.layers - 1;
+std::vector<float> CpuDecodeEngine::last_queries(int layer) const {
+  return detail::layer_record(last_queries_, layer, "last_queries");
 }
 
 }  // namespace hisparse

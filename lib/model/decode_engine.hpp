@@ -94,6 +94,10 @@ struct StepStats {
   std::vector<std::int32_t> next_tokens;  ///< greedy choice per request
 };
 
+namespace detail {
+class EngineImpl;
+}
+
 class DecodeEngine {
  public:
   /// Allocates the model, the caches and the workload. Throws Error when a size does not fit
@@ -135,8 +139,7 @@ class DecodeEngine {
   [[nodiscard]] bool is_quality_layer(int layer) const noexcept;
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::EngineImpl> impl_;
 };
 
 }  // namespace hisparse

@@ -19,7 +19,10 @@ constexpr int kCalibrationSkip = 16;  // attention sinks distort the first token
 
 FathomKeyIndex::FathomKeyIndex(const FathomIndexShape& shape,
                                const fathom::SelectorConfig& selector, Backend backend)
-    : shape_(shape), width_(selector.max_rows(shape.group)), selector_(backend, selector) {
+    : shape_(shape),
+      width_(selector.max_rows(shape.group)),
+      selector_(backend, selector),
+      backend_(backend) {
   fathom::check_budget(selector.budget, shape.head_dim, "budget_bits");
   for (int l = 0; l < shape.layers; ++l) {
     stores_.push_back(std::make_unique<fathom::PlaneStore>(
@@ -83,7 +86,8 @@ void FathomKeyIndex::load_context(int layer, const float* keys, std::int64_t str
               variances_[static_cast<std::size_t>(layer)].begin() +
                   static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s) * d));
   }
-  stores_[static_cast<std::size_t>(layer)]->append(0, shape_.streams, bf.data(), shape_.head_dim,
+  stores_[static_cast<std::size_t>(layer)]->append(0, shape_.streams,
+                                                   readable(bf.data(), bf.size()), shape_.head_dim,
                                                    static_cast<std::int64_t>(per_stream), tokens);
   // Packed once here: the decode steps plan from these tables without packing or copying them.
   if (measured)
@@ -112,8 +116,17 @@ void FathomKeyIndex::append(int layer, const float* keys) {
     }
   }
   stores_[static_cast<std::size_t>(layer)]->append(
-      0, shape_.streams, shape_.klt ? key_rotated_.data() : key_bf16_.data(), shape_.head_dim,
-      shape_.head_dim, 1);
+      0, shape_.streams, readable(shape_.klt ? key_rotated_.data() : key_bf16_.data(), n),
+      shape_.head_dim, shape_.head_dim, 1);
+}
+
+// The plane store's kernels read device memory on CUDA: the host keys are copied there first
+// (synchronously, into one staging buffer kept between calls).
+const std::uint16_t* FathomKeyIndex::readable(const std::uint16_t* host, std::size_t n) {
+  if (backend_ == Backend::cpu) return host;
+  std::uint16_t* dev = staging_.reserve_device(n, backend_, "fathom key staging");
+  copy_bytes(dev, host, n * sizeof(std::uint16_t), backend_);
+  return dev;
 }
 
 FathomSelectStats FathomKeyIndex::select(int layer, const float* queries, std::int32_t* out) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/memory.hpp"
 #include "fathom/key_centre.hpp"
 #include "fathom/klt.hpp"
 #include "fathom/plane_store.hpp"
@@ -89,6 +90,9 @@ class FathomKeyIndex {
   std::vector<std::vector<std::int32_t>> budgets_;
   std::vector<float> rotated_queries_;                 ///< klt: [streams][group][head_dim]
   std::vector<std::uint16_t> key_bf16_, key_rotated_;  ///< append(): [streams][head_dim]
+  Backend backend_;
+  Buffer<std::uint16_t> staging_;  ///< CUDA: the keys being appended, in device memory
+  [[nodiscard]] const std::uint16_t* readable(const std::uint16_t* host, std::size_t n);
 };
 
 }  // namespace hisparse

@@ -30,7 +30,17 @@ HotRowCache::HotRowCache(const HotRowShape& shape, Backend backend)
       stream_(backend),
       seq_lens_(static_cast<std::size_t>(shape.streams)),
       physical_(static_cast<std::size_t>(shape.streams) * static_cast<std::size_t>(shape.width)),
-      traces_(static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.streams)) {}
+      traces_(static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.streams)) {
+  if (backend != Backend::cuda) return;
+  const auto streams = static_cast<std::size_t>(shape.streams);
+  seq_lens_device_ = Buffer<std::int64_t>::device(streams, backend, "hisparse swap-in lengths");
+  num_real_device_ = Buffer<std::int32_t>::device(1, backend, "hisparse swap-in batch");
+  physical_device_ =
+      Buffer<std::int32_t>::device(physical_.size(), backend, "hisparse swap-in rows");
+  selected_host_.resize(physical_.size());
+  const std::int32_t real = shape.streams;
+  copy_bytes(num_real_device_.device_data(), &real, sizeof(real), backend);
+}
 
 float* HotRowCache::pool_row(int stream, int layer, std::int64_t token) {
   if (token < 0 || token >= shape_.capacity)
@@ -73,12 +83,20 @@ SwapInStats HotRowCache::swap_in(int layer, const std::int32_t* selected, std::i
     const std::int32_t base = r * (shape_.hot + 1);
     for (std::size_t i = 0; i < width; ++i)
       slots[at + i] = physical_[at + i] < 0 ? -1 : physical_[at + i] - base;
+  }
+  record_traces(layer, selected, seq_len);
+  return stats;
+}
+
+void HotRowCache::record_traces(int layer, const std::int32_t* selected, std::int64_t seq_len) {
+  const auto width = static_cast<std::size_t>(shape_.width);
+  for (int r = 0; r < shape_.streams; ++r) {
+    const std::size_t at = static_cast<std::size_t>(r) * width;
     traces_[static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.streams) +
             static_cast<std::size_t>(r)]
         .steps.push_back(
             {seq_len, std::vector<std::int32_t>(selected + at, selected + at + width)});
   }
-  return stats;
 }
 
 const float* HotRowCache::layer_rows(int layer) const {

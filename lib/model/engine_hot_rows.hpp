@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/memory.hpp"
 #include "core/stream.hpp"
 #include "hotcache/hot_cache.hpp"
 #include "hotcache/policies.hpp"
@@ -43,10 +44,22 @@ class HotRowCache {
   /// the selection in the layer's traces, returns the hits and misses.
   SwapInStats swap_in(int layer, const std::int32_t* selected, std::int64_t seq_len,
                       std::int32_t* slots);
+#if HISPARSE_WITH_CUDA
+  /// CUDA engine: append() of every stream at once from device rows [streams][row_floats],
+  /// enqueued on `stream` (the pool row from the GPU, the newest-token slot on the GPU), ordered
+  /// before the next swap-in on the same stream.
+  void append_device(int layer, std::int64_t seq_len, const float* rows, const Stream& stream);
+  /// CUDA engine: swap_in() with the selection and the slots in device memory, on `stream`.
+  /// Waits for the counts, and copies the selection back for the traces.
+  SwapInStats swap_in_device(int layer, const std::int32_t* selected, std::int64_t seq_len,
+                             std::int32_t* slots, const Stream& stream);
+#endif
   /// The layer's hot rows: slot s of stream r at (r * (hot + 1) + s) * row_floats.
   [[nodiscard]] const float* layer_rows(int layer) const;
   /// Selection traces, index layer * streams + stream, one TraceStep per swap_in().
-  [[nodiscard]] const std::vector<SelectionTrace>& traces() const noexcept { return traces_; }
+  [[nodiscard]] const std::vector<SelectionTrace>& traces() const noexcept {
+    return traces_;
+  }
 
  private:
   HotRowShape shape_;
@@ -55,6 +68,11 @@ class HotRowCache {
   std::vector<std::int64_t> seq_lens_;
   std::vector<std::int32_t> physical_;
   std::vector<SelectionTrace> traces_;
+  void record_traces(int layer, const std::int32_t* selected, std::int64_t seq_len);
+  // CUDA engine: device copies of the swap-in's inputs and output, and a host copy of a selection
+  Buffer<std::int64_t> seq_lens_device_;
+  Buffer<std::int32_t> num_real_device_, physical_device_;
+  std::vector<std::int32_t> selected_host_;
 };
 
 }  // namespace hisparse

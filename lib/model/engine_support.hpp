@@ -1,16 +1,15 @@
 // Which backends the DecodeEngine can run on in this build. Backend selection asks this, so that
-// `backend: auto` on a GPU machine runs the CPU engine until the CUDA decode engine exists instead
-// of failing every sweep point.
+// `backend: auto` picks the CUDA engine on a GPU machine of a CUDA build and the CPU elsewhere.
 #pragma once
 
+#include "core/config.hpp"
 #include "core/device.hpp"
 
 namespace hisparse {
 
-/// True when DecodeEngine runs on `backend`. The CUDA decode engine is not implemented yet
-/// (DecodeEngine's constructor rejects Backend::cuda): change both together when it lands.
+/// True when DecodeEngine runs on `backend`: the CPU always, CUDA in builds with the CUDA backend.
 [[nodiscard]] constexpr bool engine_supports(Backend backend) noexcept {
-  return backend == Backend::cpu;
+  return backend == Backend::cpu || (backend == Backend::cuda && HISPARSE_WITH_CUDA);
 }
 
 }  // namespace hisparse

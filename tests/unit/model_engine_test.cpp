@@ -75,8 +75,15 @@ TEST(ModelEngine, ImpossibleConfigsThrowClearErrors) {
   };
   EngineConfig c;
   c.backend = Backend::cuda;
-  EXPECT_EQ(error_of("tiny-gqa", c),
-            "--backend cuda: CUDA decode engine not yet implemented; use --backend cpu");
+  std::string why;
+  if (!HISPARSE_WITH_CUDA) {
+    EXPECT_EQ(error_of("tiny-gqa", c),
+              "--backend cuda: this build has no CUDA backend (nvcc was not found at configure "
+              "time); install the CUDA toolkit and reconfigure, or use --backend cpu");
+  } else if (!cuda_available(&why)) {
+    EXPECT_EQ(error_of("tiny-gqa", c),
+              "--backend cuda: no usable GPU (" + why + "); use --backend cpu or --backend auto");
+  }
   c = {};
   c.mode = Mode::fathom;
   EXPECT_EQ(error_of("tiny-dsa", c),

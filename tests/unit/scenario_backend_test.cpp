@@ -18,15 +18,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(ScenarioBackend, EngineRunsOnTheCpuOnlySoFar) {
+TEST(ScenarioBackend, EngineRunsOnCudaInCudaBuilds) {
   EXPECT_TRUE(engine_supports(Backend::cpu));
-  EXPECT_FALSE(engine_supports(Backend::cuda));
+  EXPECT_EQ(engine_supports(Backend::cuda), HISPARSE_WITH_CUDA != 0);
 }
 
-TEST(ScenarioBackend, AutoFallsBackToTheCpuEngineWithOneLine) {
+TEST(ScenarioBackend, AutoKeepsTheCudaEngineOfACudaBuild) {
   const BackendChoice c = engine_backend_for(Backend::cuda, /*requested_auto=*/true);
-  EXPECT_EQ(c.backend, Backend::cpu);
-  EXPECT_EQ(c.note, "auto: CUDA decode engine not available yet; running the CPU backend");
+  if (HISPARSE_WITH_CUDA) {
+    EXPECT_EQ(c.backend, Backend::cuda);
+    EXPECT_EQ(c.note, "");
+  } else {
+    EXPECT_EQ(c.backend, Backend::cpu);
+    EXPECT_EQ(c.note, "auto: CUDA decode engine not available yet; running the CPU backend");
+  }
 }
 
 TEST(ScenarioBackend, ExplicitCudaIsKeptSoThatEachPointFailsClearly) {

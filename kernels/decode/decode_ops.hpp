@@ -1,0 +1,137 @@
+// The small steps of a decode step that are not a GEMM, a norm or attention: the embedding gather,
+// mixing a workload's queries with the model's, MLA's per-head absorption and up-projection, the
+// MoE router's choice, row scaling, bias, the greedy argmax and the hot-buffer slot numbering.
+// Each has a CPU twin (the DecodeEngine's CPU arithmetic) and a CUDA launcher; all pointers are
+// device memory on CUDA.
+#pragma once
+
+#include <cstdint>
+
+#include "core/stream.hpp"
+
+namespace hisparse::kernels {
+
+/// out[r] = table[ids[r]] (width floats per row): the embedding lookup.
+struct GatherRowsArgs {
+  const float* table = nullptr;
+  const std::int32_t* ids = nullptr;
+  float* out = nullptr;
+  int rows = 0;
+  int width = 0;
+};
+
+/// Per row of n floats: q = workload + gain * q, gain = share * rms(workload) / rms(q) (sums in
+/// double); q = workload where share is 0 or q is all zeros. The synthetic workload sets the
+/// selection's structure, the model makes the output depend on the weights.
+struct BlendQueriesArgs {
+  const float* workload = nullptr;  ///< [rows x n]
+  float* q = nullptr;               ///< [rows x n], in place
+  int rows = 0;
+  int n = 0;
+  float share = 0.0f;
+};
+
+/// MLA, absorbed: per request b and head h, out[b][h] = [W_uk[h]^T q_nope | q_rope] where
+/// W_uk[h] is rows h * (nope + v_dim) .. + nope of kv_b ([heads * (nope + v_dim)] x lora).
+struct MlaAbsorbArgs {
+  const float* q = nullptr;     ///< [batch x heads x (nope + rope)]
+  const float* kv_b = nullptr;  ///< [heads * (nope + v_dim) x lora]
+  float* out = nullptr;         ///< [batch x heads x (lora + rope)]
+  int batch = 0;
+  int heads = 0;
+  int nope = 0;
+  int rope = 0;
+  int lora = 0;
+  int v_dim = 0;
+};
+
+/// MLA: per request b and head h, out[b][h][j] = W_uv[h][j] . latent[b][h] where W_uv[h] is rows
+/// h * (nope + v_dim) + nope .. + v_dim of kv_b.
+struct MlaUpProjectArgs {
+  const float* latent = nullptr;  ///< [batch x heads x lora]
+  const float* kv_b = nullptr;
+  float* out = nullptr;  ///< [batch x heads x v_dim]
+  int batch = 0;
+  int heads = 0;
+  int nope = 0;
+  int lora = 0;
+  int v_dim = 0;
+};
+
+/// MoE router of one rank: per token, the `active` experts of largest logit (ties: lower expert)
+/// and their softmax weights; weights[t][e] is 0 for an expert not chosen.
+struct MoeRouteArgs {
+  const float* logits = nullptr;  ///< [tokens x experts]
+  float* weights = nullptr;       ///< [tokens x experts]
+  int tokens = 0;
+  int experts = 0;
+  int active = 0;
+};
+
+/// x[r][c] *= factors[r * factor_stride] for c < width (row stride ldx).
+struct ScaleRowsArgs {
+  float* x = nullptr;
+  const float* factors = nullptr;
+  int rows = 0;
+  int width = 0;
+  int ldx = 0;  ///< 0: width
+  int factor_stride = 1;
+};
+
+/// x[r][c] += bias[c].
+struct AddBiasArgs {
+  float* x = nullptr;
+  const float* bias = nullptr;
+  int rows = 0;
+  int width = 0;
+};
+
+/// DSA head weights from the model's projection: w = (1 + share * tanh(w)) / heads, in place.
+struct IndexerHeadWeightsArgs {
+  float* w = nullptr;  ///< [rows x heads]
+  int rows = 0;
+  int heads = 0;
+  float share = 0.0f;
+};
+
+/// Greedy decoding: out[r] = the index of row r's largest value (ties: the lower index).
+struct ArgmaxArgs {
+  const float* x = nullptr;  ///< [rows x n]
+  std::int32_t* out = nullptr;
+  int rows = 0;
+  int n = 0;
+};
+
+/// Hot-buffer slots from the swap-in's physical rows: slot = physical - r * (hot + 1), -1 kept.
+struct SlotsFromPhysicalArgs {
+  const std::int32_t* physical = nullptr;  ///< [rows x width]
+  std::int32_t* slots = nullptr;           ///< [rows x width]
+  int rows = 0;
+  int width = 0;
+  int hot = 0;
+};
+
+#if HISPARSE_WITH_CUDA
+void launch_gather_rows(const GatherRowsArgs& args, cudaStream_t stream);
+void launch_blend_queries(const BlendQueriesArgs& args, cudaStream_t stream);
+void launch_mla_absorb(const MlaAbsorbArgs& args, cudaStream_t stream);
+void launch_mla_up_project(const MlaUpProjectArgs& args, cudaStream_t stream);
+void launch_moe_route(const MoeRouteArgs& args, cudaStream_t stream);
+void launch_scale_rows(const ScaleRowsArgs& args, cudaStream_t stream);
+void launch_add_bias(const AddBiasArgs& args, cudaStream_t stream);
+void launch_indexer_head_weights(const IndexerHeadWeightsArgs& args, cudaStream_t stream);
+void launch_argmax(const ArgmaxArgs& args, cudaStream_t stream);
+void launch_slots_from_physical(const SlotsFromPhysicalArgs& args, cudaStream_t stream);
+#endif
+void gather_rows_ref(const GatherRowsArgs& args);
+void blend_queries_ref(const BlendQueriesArgs& args);
+void mla_absorb_ref(const MlaAbsorbArgs& args);
+void mla_up_project_ref(const MlaUpProjectArgs& args);
+void moe_route_ref(const MoeRouteArgs& args);
+void scale_rows_ref(const ScaleRowsArgs& args);
+void add_bias_ref(const AddBiasArgs& args);
+void indexer_head_weights_ref(const IndexerHeadWeightsArgs& args);
+void argmax_ref(const ArgmaxArgs& args);
+void slots_from_physical_ref(const SlotsFromPhysicalArgs& args);
+
+}  // namespace hisparse::kernels

@@ -1,0 +1,114 @@
+// launch_gemm: Y = alpha * X * W^T + beta * Y through cuBLASLt, fp32 in and out with fp32
+// compute (no TF32: the engine's CUDA path is checked against the CPU twin, and the tiny models'
+// greedy tokens must not flip on a rounding change). Row-major Y [m x n] is column-major Y^T
+// [n x m], so the call is C(n x m) = op_T(W as k x n) * X(k x m). One algorithm is chosen per
+// shape and kept; the workspace is allocated once per device and reused.
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "kernels/gemm/gemm.hpp"
+
+namespace hisparse::kernels {
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = 32u << 20;
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error("cuBLASLt", fmt::format("{} failed: {}", call, cublasLtGetStatusString(status)),
+                "check that the GPU and the CUDA toolkit match (nvidia-smi, nvcc --version)");
+}
+#define HISPARSE_CUBLAS(call) check_cublas((call), #call)
+
+using ShapeKey = std::tuple<int, int, int, int, int, int, bool>;  // m n k ldx ldw ldy beta!=0
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool has_algo = false;
+};
+
+// One per process: the handle, the workspace and the plans of every shape seen. Guarded by a
+// mutex: plans are made once, so the lock is uncontended after warm-up.
+class GemmPlans {
+ public:
+  static GemmPlans& instance() {
+    static GemmPlans plans;
+    return plans;
+  }
+  GemmPlans(const GemmPlans&) = delete;
+  GemmPlans& operator=(const GemmPlans&) = delete;
+
+  void run(const GemmArgs& g, cudaStream_t stream) {
+    const int ldx = g.ldx ? g.ldx : g.k, ldw = g.ldw ? g.ldw : g.k, ldy = g.ldy ? g.ldy : g.n;
+    std::lock_guard lock(mutex_);
+    if (!handle_) {
+      HISPARSE_CUBLAS(cublasLtCreate(&handle_));
+      HISPARSE_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+    }
+    const ShapeKey key{g.m, g.n, g.k, ldx, ldw, ldy, g.beta != 0.0f};
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(g.m, g.n, g.k, ldx, ldw, ldy)).first;
+    const Plan& p = it->second;
+    HISPARSE_CUBLAS(cublasLtMatmul(handle_, p.desc, &g.alpha, g.w, p.a, g.x, p.b, &g.beta, g.y, p.c,
+                                   g.y, p.c, p.has_algo ? &p.algo : nullptr, workspace_,
+                                   kWorkspaceBytes, stream));
+  }
+
+ private:
+  GemmPlans() = default;
+  ~GemmPlans() = default;  // the process ends with the handle: destroying it after the CUDA
+                           // runtime has shut down would fail, so it is left to the driver
+
+  Plan make_plan(int m, int n, int k, int ldx, int ldw, int ldy) {
+    Plan p;
+    HISPARSE_CUBLAS(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans = CUBLAS_OP_T, none = CUBLAS_OP_N;
+    HISPARSE_CUBLAS(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+    HISPARSE_CUBLAS(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+    // Column-major views: W^T is (k x n, ld ldw), X is (k x m, ld ldx), Y is (n x m, ld ldy).
+    HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, k, n, ldw));
+    HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, k, m, ldx));
+    HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldy));
+    cublasLtMatmulPreference_t pref = nullptr;
+    HISPARSE_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const std::size_t ws = kWorkspaceBytes;
+    HISPARSE_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    HISPARSE_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1,
+                                                   &result, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found > 0) {
+      p.algo = result.algo;
+      p.has_algo = true;
+    }
+    return p;
+  }
+
+  std::mutex mutex_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<ShapeKey, Plan> plans_;
+};
+
+}  // namespace
+
+void launch_gemm(const GemmArgs& args, cudaStream_t stream) {
+  if (args.m <= 0 || args.n <= 0) return;
+  GemmPlans::instance().run(args, stream);
+}
+
+}  // namespace hisparse::kernels

@@ -1,0 +1,106 @@
+// launch_indexer: one warp per cached token; the request's queries and head weights sit in shared
+// memory, each lane dequantises dim / 32 key channels once and the warp reduces one dot product
+// per head. A plain kernel, correct against the twin within float rounding; not yet tuned.
+//
+// launch_quantize_index_keys: one thread per key (the new token's key of each request), the
+// twin's quantize_index_key() itself.
+#include <string>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "kernels/common/block_reduce.cuh"
+#include "kernels/indexer/indexer.hpp"
+
+namespace hisparse::kernels {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxDim = 256;            // 8 channels per lane
+constexpr int kMaxQueryFloats = 16384;  // heads * dim in shared memory (64 KiB)
+
+__global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerArgs a) {
+  extern __shared__ float shared[];  // q [heads][dim], then w [heads]
+  float* q = shared;
+  float* w = shared + a.heads * a.dim;
+  const int b = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  for (int i = threadIdx.x; i < a.heads * a.dim; i += blockDim.x)
+    q[i] = a.q[static_cast<std::ptrdiff_t>(b) * a.heads * a.dim + i];
+  for (int i = threadIdx.x; i < a.heads; i += blockDim.x)
+    w[i] = a.weights[static_cast<std::ptrdiff_t>(b) * a.heads + i];
+  __syncthreads();
+  const std::int64_t n = a.seq_lens[b] < a.capacity ? a.seq_lens[b] : a.capacity;
+  float* scores = a.scores + static_cast<std::ptrdiff_t>(b) * a.capacity;
+  const std::int64_t per_block = static_cast<std::int64_t>(kWarps) * 4;
+  for (std::int64_t t = blockIdx.x * per_block + warp; t < a.capacity;
+       t += static_cast<std::int64_t>(gridDim.x) * per_block) {
+    for (int rep = 0; rep < 4; ++rep) {
+      const std::int64_t tok = t + rep * kWarps;
+      if (tok >= a.capacity) break;
+      if (tok >= n) {
+        if (lane == 0) scores[tok] = -INFINITY;
+        continue;
+      }
+      const std::uint8_t* codes =
+          a.keys + (static_cast<std::ptrdiff_t>(b) * a.capacity + tok) * a.dim;
+      float key[kMaxDim / 32];
+#pragma unroll
+      for (int j = 0; j < kMaxDim / 32; ++j) {
+        const int c = lane + 32 * j;
+        key[j] = c < a.dim ? fp8e4m3_to_float(codes[c]) : 0.0f;
+      }
+      float acc = 0.0f;
+      for (int h = 0; h < a.heads; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxDim / 32; ++j) {
+          const int c = lane + 32 * j;
+          if (c < a.dim) dot += q[h * a.dim + c] * key[j];
+        }
+        dot = warp_sum(dot);
+        acc += w[h] * (dot > 0.0f ? dot : 0.0f);
+      }
+      if (lane == 0)
+        scores[tok] = acc * a.key_scales[static_cast<std::ptrdiff_t>(b) * a.capacity + tok];
+    }
+  }
+}
+
+__global__ void quantize_keys_kernel(QuantizeIndexKeysArgs a) {
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= a.rows) return;
+  const std::int64_t at = static_cast<std::int64_t>(r) * a.dest_row_stride + a.dest_offset;
+  quantize_index_key(a.keys + static_cast<std::ptrdiff_t>(r) * a.key_stride, a.dim,
+                     a.codes + at * a.dim, a.scales + at);
+}
+
+}  // namespace
+
+void launch_indexer(const IndexerArgs& args, cudaStream_t stream) {
+  if (args.dim > kMaxDim || args.heads * args.dim > kMaxQueryFloats)
+    throw Error("DSA indexer",
+                std::to_string(args.heads) + " heads x dim " + std::to_string(args.dim) +
+                    " exceed the CUDA kernel's dim " + std::to_string(kMaxDim) + " / " +
+                    std::to_string(kMaxQueryFloats) + " query floats",
+                "use a model with a smaller indexer");
+  if (args.batch <= 0 || args.capacity <= 0) return;
+  const std::int64_t per_block = kWarps * 4;
+  const auto blocks = static_cast<unsigned>(
+      std::min<std::int64_t>((args.capacity + per_block - 1) / per_block, 4096));
+  const std::size_t shared = sizeof(float) * static_cast<std::size_t>(args.heads) *
+                             (static_cast<std::size_t>(args.dim) + 1);
+  if (shared > 48 * 1024)
+    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
+        indexer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  indexer_kernel<<<dim3(blocks, static_cast<unsigned>(args.batch)), kWarps * 32, shared, stream>>>(
+      args);
+  HISPARSE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_quantize_index_keys(const QuantizeIndexKeysArgs& args, cudaStream_t stream) {
+  if (args.rows <= 0) return;
+  quantize_keys_kernel<<<(args.rows + 127) / 128, 128, 0, stream>>>(args);
+  HISPARSE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hisparse::kernels

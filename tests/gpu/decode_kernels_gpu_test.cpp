@@ -1,0 +1,463 @@
+// The decode step's CUDA kernels against their CPU twins on random shapes: GEMM (cuBLASLt),
+// RMSNorm, SwiGLU, RoPE, decode attention (dense, sparse, GQA groups, MLA-sized rows), the GQA
+// group attention mass, the DSA indexer and its key quantisation, top-k (ties, NaN, -0, short
+// rows), and the small ops of decode_ops.hpp. Float results within stated tolerances (the GPU
+// sums in another order); selections, argmax, routing choices and codes exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.hpp"
+#include "core/memory.hpp"
+#include "core/stream.hpp"
+#include "kernels/attention/decode_attention.hpp"
+#include "kernels/attention/rope.hpp"
+#include "kernels/decode/decode_ops.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/rmsnorm.hpp"
+#include "kernels/gemm/swiglu.hpp"
+#include "kernels/indexer/indexer.hpp"
+#include "kernels/topk/topk.hpp"
+#include "support/gpu.hpp"
+
+namespace hisparse {
+namespace {
+
+#if HISPARSE_WITH_CUDA
+
+// A host vector and its device copy.
+template <class T>
+class Mirror {
+ public:
+  explicit Mirror(std::vector<T> host)
+      : host_(std::move(host)),
+        device_(Buffer<T>::device(std::max<std::size_t>(host_.size(), 1), Backend::cuda, "test")) {
+    copy_bytes(device_.device_data(), host_.data(), host_.size() * sizeof(T), Backend::cuda);
+  }
+  [[nodiscard]] T* dev() const noexcept { return device_.device_data(); }
+  [[nodiscard]] T* host() noexcept { return host_.data(); }
+  [[nodiscard]] std::vector<T> fetch() const {
+    std::vector<T> out(host_.size());
+    HISPARSE_CUDA_CHECK(cudaDeviceSynchronize());
+    copy_bytes(out.data(), device_.device_data(), out.size() * sizeof(T), Backend::cuda);
+    return out;
+  }
+
+ private:
+  std::vector<T> host_;
+  Buffer<T> device_;
+};
+
+std::vector<float> normal(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// max |a - b| / max(1, max |b|): a tolerance relative to the result's scale.
+double scaled_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, mag = 1;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(b[i]) || std::isinf(a[i])) {
+      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    mag = std::max(mag, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / mag;
+}
+
+class DecodeKernelsGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HISPARSE_REQUIRE_GPU();
+    stream_.emplace(Backend::cuda);  // made after the check: without a GPU there is no stream
+  }
+  std::optional<Stream> stream_;
+  [[nodiscard]] cudaStream_t s() const { return stream_->native(); }
+};
+
+TEST_F(DecodeKernelsGpu, GemmMatchesTheTwinWithStridesAlphaAndBeta) {
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int m = 1 + static_cast<int>(rng() % 9), n = 1 + static_cast<int>(rng() % 300),
+              k = 1 + static_cast<int>(rng() % 700);
+    const int ldx = k + static_cast<int>(rng() % 3), ldy = n + static_cast<int>(rng() % 5);
+    const float beta = trial % 2 ? 1.0f : 0.0f, alpha = trial % 3 ? 1.0f : 0.5f;
+    Mirror<float> x(normal(static_cast<std::size_t>(m) * ldx, rng));
+    Mirror<float> w(normal(static_cast<std::size_t>(n) * k, rng, 0.05f));
+    Mirror<float> y(normal(static_cast<std::size_t>(m) * ldy, rng));
+    kernels::GemmArgs a;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.ldx = ldx;
+    a.ldy = ldy;
+    a.alpha = alpha;
+    a.beta = beta;
+    a.x = x.dev();
+    a.w = w.dev();
+    a.y = y.dev();
+    kernels::launch_gemm(a, s());
+    const auto got = y.fetch();
+    a.x = x.host();
+    a.w = w.host();
+    a.y = y.host();
+    kernels::gemm_ref(a);
+    EXPECT_LT(scaled_error(got, std::vector<float>(y.host(), y.host() + got.size())), 1e-5)
+        << m << "x" << n << "x" << k;
+  }
+}
+
+TEST_F(DecodeKernelsGpu, RmsNormSwigluAndRopeMatchTheTwin) {
+  std::mt19937 rng(2);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int rows = 1 + static_cast<int>(rng() % 7), n = 8 + static_cast<int>(rng() % 600);
+    Mirror<float> x(normal(static_cast<std::size_t>(rows) * n, rng, 3.0f));
+    Mirror<float> wt(normal(static_cast<std::size_t>(n), rng));
+    Mirror<float> y(std::vector<float>(x.fetch().size()));
+    kernels::RmsNormArgs r;
+    r.rows = rows;
+    r.n = n;
+    r.x = x.dev();
+    r.weight = trial % 2 ? wt.dev() : nullptr;
+    r.y = y.dev();
+    kernels::launch_rmsnorm(r, s());
+    const auto got = y.fetch();
+    r.x = x.host();
+    r.weight = trial % 2 ? wt.host() : nullptr;
+    r.y = y.host();
+    kernels::rmsnorm_ref(r);
+    EXPECT_LT(scaled_error(got, std::vector<float>(y.host(), y.host() + got.size())), 1e-5);
+
+    const int width = 1 + static_cast<int>(rng() % 300);
+    Mirror<float> gu(normal(static_cast<std::size_t>(rows) * 2 * width, rng, 2.0f));
+    Mirror<float> out(std::vector<float>(static_cast<std::size_t>(rows) * width));
+    kernels::SwigluArgs sw{gu.dev(), out.dev(), rows, width};
+    kernels::launch_swiglu(sw, s());
+    const auto got_sw = out.fetch();
+    sw = {gu.host(), out.host(), rows, width};
+    kernels::swiglu_ref(sw);
+    EXPECT_LT(scaled_error(got_sw, std::vector<float>(out.host(), out.host() + got_sw.size())),
+              1e-6);
+
+    const int heads = 1 + static_cast<int>(rng() % 5), dim = 2 * (2 + static_cast<int>(rng() % 32));
+    const int offset = static_cast<int>(rng() % 8), head_stride = offset + dim + 3;
+    Mirror<float> q(normal(static_cast<std::size_t>(rows) * heads * head_stride, rng));
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(rows));
+    for (auto& p : positions) p = static_cast<std::int64_t>(rng() % 200000);
+    Mirror<std::int64_t> pos(positions);
+    kernels::RopeArgs ro;
+    ro.x = q.dev();
+    ro.positions = pos.dev();
+    ro.rows = rows;
+    ro.heads = heads;
+    ro.head_stride = head_stride;
+    ro.offset = offset;
+    ro.dim = dim;
+    ro.theta = 1000000.0f;
+    kernels::launch_rope(ro, s());
+    const auto got_rope = q.fetch();
+    ro.x = q.host();
+    ro.positions = pos.host();
+    kernels::rope_ref(ro);
+    EXPECT_LT(scaled_error(got_rope, std::vector<float>(q.host(), q.host() + got_rope.size())),
+              1e-5);
+  }
+}
+
+TEST_F(DecodeKernelsGpu, DecodeAttentionDenseSparseAndMlaRowsMatchTheTwin) {
+  std::mt19937 rng(3);
+  struct Case {
+    int q_heads, kv_heads, qk_dim, v_dim, stride;
+    bool sparse, groups;
+  };
+  const Case cases[] = {{8, 2, 64, 64, 0, false, false},      {8, 2, 64, 64, 0, true, true},
+                        {16, 1, 576, 512, 576, false, false}, {16, 1, 576, 512, 576, true, false},
+                        {4, 4, 128, 128, 0, true, true},      {2, 1, 40, 24, 40, true, false}};
+  for (const Case& c : cases) {
+    const int batch = 3, top_k = 37;
+    const std::int64_t capacity = 300;
+    const int k_stride = c.stride ? c.stride : c.qk_dim, v_stride = c.stride ? c.stride : c.v_dim;
+    const std::size_t rows = static_cast<std::size_t>(batch) * c.kv_heads * capacity;
+    Mirror<float> q(normal(static_cast<std::size_t>(batch) * c.q_heads * c.qk_dim, rng, 0.2f));
+    Mirror<float> k(normal(rows * static_cast<std::size_t>(k_stride), rng));
+    Mirror<float> v(c.stride ? std::vector<float>(1) : normal(rows * c.v_dim, rng));
+    std::vector<std::int64_t> lens = {1, 177, 300};
+    Mirror<std::int64_t> len(lens);
+    const int groups = c.groups ? c.kv_heads : 1;
+    std::vector<std::int32_t> idx(static_cast<std::size_t>(batch) * groups * top_k);
+    for (auto& i : idx) i = static_cast<std::int32_t>(rng() % 340) - 20;  // -1.. and past the end
+    Mirror<std::int32_t> ix(idx);
+    Mirror<float> out(std::vector<float>(static_cast<std::size_t>(batch) * c.q_heads * c.v_dim));
+    kernels::DecodeAttentionArgs a;
+    a.batch = batch;
+    a.q_heads = c.q_heads;
+    a.kv_heads = c.kv_heads;
+    a.qk_dim = c.qk_dim;
+    a.v_dim = c.v_dim;
+    a.capacity = capacity;
+    a.k_row_stride = c.stride;
+    a.v_row_stride = c.stride;
+    a.top_k = top_k;
+    a.index_groups = groups;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_dim));
+    a.q = q.dev();
+    a.k = k.dev();
+    a.v = c.stride ? k.dev() : v.dev();
+    a.seq_lens = len.dev();
+    a.indices = c.sparse ? ix.dev() : nullptr;
+    a.out = out.dev();
+    kernels::launch_decode_attention(a, s());
+    const auto got = out.fetch();
+    a.q = q.host();
+    a.k = k.host();
+    a.v = c.stride ? k.host() : v.host();
+    a.seq_lens = len.host();
+    a.indices = c.sparse ? ix.host() : nullptr;
+    a.out = out.host();
+    kernels::decode_attention_ref(a);
+    EXPECT_LT(scaled_error(got, std::vector<float>(out.host(), out.host() + got.size())), 2e-5)
+        << c.q_heads << "/" << c.kv_heads << " dim " << c.qk_dim << (c.sparse ? " sparse" : "");
+    (void)v_stride;
+  }
+}
+
+TEST_F(DecodeKernelsGpu, GroupAttentionMassMatchesTheTwin) {
+  std::mt19937 rng(4);
+  const int batch = 2, q_heads = 8, kv_heads = 2, dim = 64;
+  const std::int64_t capacity = 513;
+  Mirror<float> q(normal(static_cast<std::size_t>(batch) * q_heads * dim, rng, 0.3f));
+  Mirror<float> k(normal(static_cast<std::size_t>(batch) * kv_heads * capacity * dim, rng));
+  Mirror<std::int64_t> len(std::vector<std::int64_t>{513, 200});
+  Mirror<float> mass(std::vector<float>(static_cast<std::size_t>(batch) * kv_heads * capacity));
+  kernels::GroupAttentionMassArgs m;
+  m.batch = batch;
+  m.q_heads = q_heads;
+  m.kv_heads = kv_heads;
+  m.qk_dim = dim;
+  m.capacity = capacity;
+  m.scale = 0.125f;
+  m.q = q.dev();
+  m.k = k.dev();
+  m.seq_lens = len.dev();
+  m.mass = mass.dev();
+  kernels::launch_group_attention_mass(m, s());
+  const auto got = mass.fetch();
+  m.q = q.host();
+  m.k = k.host();
+  m.seq_lens = len.host();
+  m.mass = mass.host();
+  kernels::group_attention_mass_ref(m);
+  EXPECT_LT(scaled_error(got, std::vector<float>(mass.host(), mass.host() + got.size())), 1e-5);
+}
+
+TEST_F(DecodeKernelsGpu, IndexerAndKeyQuantisationMatchTheTwin) {
+  std::mt19937 rng(5);
+  const int batch = 3, heads = 16, dim = 128, new_keys = 3;
+  const std::int64_t capacity = 1000;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(batch) * capacity * dim);
+  std::vector<float> scales(static_cast<std::size_t>(batch) * capacity);
+  const auto keys = normal(static_cast<std::size_t>(batch) * capacity * dim, rng, 2.0f);
+  for (std::size_t t = 0; t < scales.size(); ++t)
+    kernels::quantize_index_key(keys.data() + t * dim, dim, codes.data() + t * dim, &scales[t]);
+  Mirror<std::uint8_t> c(codes);
+  Mirror<float> sc(scales);
+  // The new token's key of each request, quantised on the GPU into row 999 of each request.
+  Mirror<float> fresh(normal(static_cast<std::size_t>(new_keys) * dim, rng, 5.0f));
+  kernels::QuantizeIndexKeysArgs qa;
+  qa.rows = new_keys;
+  qa.dim = dim;
+  qa.key_stride = dim;
+  qa.dest_row_stride = capacity;
+  qa.dest_offset = 999;
+  qa.keys = fresh.dev();
+  qa.codes = c.dev();
+  qa.scales = sc.dev();
+  kernels::launch_quantize_index_keys(qa, s());
+  qa.keys = fresh.host();
+  qa.codes = c.host();
+  qa.scales = sc.host();
+  kernels::quantize_index_keys_ref(qa);
+  EXPECT_EQ(c.fetch(), std::vector<std::uint8_t>(c.host(), c.host() + codes.size()));
+  EXPECT_EQ(sc.fetch(), std::vector<float>(sc.host(), sc.host() + scales.size()));
+
+  Mirror<float> q(normal(static_cast<std::size_t>(batch) * heads * dim, rng, 0.1f));
+  Mirror<float> w(normal(static_cast<std::size_t>(batch) * heads, rng));
+  Mirror<std::int64_t> len(std::vector<std::int64_t>{1000, 1, 517});
+  Mirror<float> scores(std::vector<float>(static_cast<std::size_t>(batch) * capacity));
+  kernels::IndexerArgs a;
+  a.batch = batch;
+  a.heads = heads;
+  a.dim = dim;
+  a.capacity = capacity;
+  a.q = q.dev();
+  a.weights = w.dev();
+  a.keys = c.dev();
+  a.key_scales = sc.dev();
+  a.seq_lens = len.dev();
+  a.scores = scores.dev();
+  kernels::launch_indexer(a, s());
+  const auto got = scores.fetch();
+  a.q = q.host();
+  a.weights = w.host();
+  a.keys = c.host();
+  a.key_scales = sc.host();
+  a.seq_lens = len.host();
+  a.scores = scores.host();
+  kernels::indexer_ref(a);
+  EXPECT_LT(scaled_error(got, std::vector<float>(scores.host(), scores.host() + got.size())), 1e-5);
+}
+
+TEST_F(DecodeKernelsGpu, TopkIsExactlyTheTwinsSelection) {
+  std::mt19937 rng(6);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int rows = 1 + static_cast<int>(rng() % 5);
+    const std::int64_t stride = 1 + static_cast<std::int64_t>(rng() % 20000);
+    const int k = 1 + static_cast<int>(rng() % 3000);
+    std::vector<float> sc(static_cast<std::size_t>(rows) * stride);
+    // Coarse values so that ties are common; NaN, infinities and both zeros mixed in.
+    for (float& x : sc) {
+      const auto r = rng() % 100;
+      x = r == 0   ? std::numeric_limits<float>::quiet_NaN()
+          : r == 1 ? -std::numeric_limits<float>::infinity()
+          : r == 2 ? std::numeric_limits<float>::infinity()
+          : r == 3 ? -0.0f
+          : r == 4 ? 0.0f
+                   : static_cast<float>(static_cast<int>(rng() % 64) - 32) / 4.0f;
+    }
+    std::vector<std::int64_t> lens(static_cast<std::size_t>(rows));
+    for (auto& l : lens) l = static_cast<std::int64_t>(rng() % (stride + 1));
+    Mirror<float> scores(sc);
+    Mirror<std::int64_t> len(lens);
+    Mirror<std::int32_t> out(std::vector<std::int32_t>(static_cast<std::size_t>(rows) * k, 7));
+    kernels::TopkArgs t;
+    t.rows = rows;
+    t.stride = stride;
+    t.k = k;
+    t.scores = scores.dev();
+    t.lengths = len.dev();
+    t.out = out.dev();
+    kernels::launch_topk(t, s());
+    const auto got = out.fetch();
+    t.scores = scores.host();
+    t.lengths = len.host();
+    t.out = out.host();
+    kernels::topk_ref(t);
+    ASSERT_EQ(got, std::vector<std::int32_t>(out.host(), out.host() + got.size()))
+        << "rows " << rows << " stride " << stride << " k " << k;
+  }
+}
+
+TEST_F(DecodeKernelsGpu, SmallDecodeOpsMatchTheTwin) {
+  std::mt19937 rng(7);
+  const int batch = 3, heads = 4, nope = 24, rope = 8, lora = 40, vd = 16, experts = 12;
+  // gather
+  Mirror<float> table(normal(50 * 33, rng));
+  Mirror<std::int32_t> ids(std::vector<std::int32_t>{7, 0, 49});
+  Mirror<float> rows(std::vector<float>(3 * 33));
+  kernels::GatherRowsArgs g{table.dev(), ids.dev(), rows.dev(), 3, 33};
+  kernels::launch_gather_rows(g, s());
+  const auto got_rows = rows.fetch();
+  g = {table.host(), ids.host(), rows.host(), 3, 33};
+  kernels::gather_rows_ref(g);
+  EXPECT_EQ(got_rows, std::vector<float>(rows.host(), rows.host() + got_rows.size()));
+  // blend (a zero row keeps the workload's query)
+  auto model_q = normal(static_cast<std::size_t>(batch) * heads * 72, rng);
+  std::fill(model_q.begin(), model_q.begin() + 72, 0.0f);
+  Mirror<float> wl(normal(model_q.size(), rng)), mq(model_q);
+  kernels::BlendQueriesArgs b{wl.dev(), mq.dev(), batch * heads, 72, 0.25f};
+  kernels::launch_blend_queries(b, s());
+  const auto got_blend = mq.fetch();
+  b = {wl.host(), mq.host(), batch * heads, 72, 0.25f};
+  kernels::blend_queries_ref(b);
+  EXPECT_LT(scaled_error(got_blend, std::vector<float>(mq.host(), mq.host() + model_q.size())),
+            1e-6);
+  // MLA absorb and up-projection
+  Mirror<float> q(normal(static_cast<std::size_t>(batch) * heads * (nope + rope), rng));
+  Mirror<float> kv_b(normal(static_cast<std::size_t>(heads) * (nope + vd) * lora, rng, 0.2f));
+  Mirror<float> absorbed(
+      std::vector<float>(static_cast<std::size_t>(batch) * heads * (lora + rope)));
+  kernels::MlaAbsorbArgs ab{q.dev(), kv_b.dev(), absorbed.dev(), batch, heads,
+                            nope,    rope,       lora,           vd};
+  kernels::launch_mla_absorb(ab, s());
+  const auto got_ab = absorbed.fetch();
+  ab = {q.host(), kv_b.host(), absorbed.host(), batch, heads, nope, rope, lora, vd};
+  kernels::mla_absorb_ref(ab);
+  EXPECT_LT(
+      scaled_error(got_ab, std::vector<float>(absorbed.host(), absorbed.host() + got_ab.size())),
+      1e-5);
+  Mirror<float> lat(normal(static_cast<std::size_t>(batch) * heads * lora, rng));
+  Mirror<float> up(std::vector<float>(static_cast<std::size_t>(batch) * heads * vd));
+  kernels::MlaUpProjectArgs u{lat.dev(), kv_b.dev(), up.dev(), batch, heads, nope, lora, vd};
+  kernels::launch_mla_up_project(u, s());
+  const auto got_up = up.fetch();
+  u = {lat.host(), kv_b.host(), up.host(), batch, heads, nope, lora, vd};
+  kernels::mla_up_project_ref(u);
+  EXPECT_LT(scaled_error(got_up, std::vector<float>(up.host(), up.host() + got_up.size())), 1e-5);
+  // router: ties go to the lower expert
+  auto lg = normal(static_cast<std::size_t>(batch) * experts, rng);
+  lg[3] = lg[5] = lg[9] = 4.0f;  // token 0: three-way tie for the top
+  Mirror<float> logits(lg), weights(std::vector<float>(lg.size()));
+  kernels::MoeRouteArgs r{logits.dev(), weights.dev(), batch, experts, 2};
+  kernels::launch_moe_route(r, s());
+  const auto got_w = weights.fetch();
+  r = {logits.host(), weights.host(), batch, experts, 2};
+  kernels::moe_route_ref(r);
+  for (std::size_t i = 0; i < lg.size(); ++i)
+    EXPECT_EQ(got_w[i] == 0.0f, weights.host()[i] == 0.0f) << i;
+  EXPECT_GT(got_w[3], 0.0f);
+  EXPECT_GT(got_w[5], 0.0f);
+  EXPECT_EQ(got_w[9], 0.0f);
+  EXPECT_LT(scaled_error(got_w, std::vector<float>(weights.host(), weights.host() + lg.size())),
+            1e-6);
+  // argmax: ties go to the lower index
+  auto lx = normal(static_cast<std::size_t>(batch) * 3001, rng);
+  lx[100] = lx[2000] = 99.0f;
+  Mirror<float> lxm(lx);
+  Mirror<std::int32_t> best{std::vector<std::int32_t>(batch)};
+  kernels::ArgmaxArgs am{lxm.dev(), best.dev(), batch, 3001};
+  kernels::launch_argmax(am, s());
+  const auto got_best = best.fetch();
+  am = {lxm.host(), best.host(), batch, 3001};
+  kernels::argmax_ref(am);
+  EXPECT_EQ(got_best, std::vector<std::int32_t>(best.host(), best.host() + batch));
+  EXPECT_EQ(got_best[0], 100);
+  // scale rows, bias, head weights, slots
+  Mirror<float> act(normal(static_cast<std::size_t>(batch) * 20, rng)), fac(normal(batch * 5, rng));
+  kernels::ScaleRowsArgs sr{act.dev(), fac.dev() + 2, batch, 20, 0, 5};
+  kernels::launch_scale_rows(sr, s());
+  const auto got_sr = act.fetch();
+  sr = {act.host(), fac.host() + 2, batch, 20, 0, 5};
+  kernels::scale_rows_ref(sr);
+  EXPECT_EQ(got_sr, std::vector<float>(act.host(), act.host() + got_sr.size()));
+  Mirror<float> hw(normal(static_cast<std::size_t>(batch) * heads, rng));
+  kernels::IndexerHeadWeightsArgs h{hw.dev(), batch, heads, 0.25f};
+  kernels::launch_indexer_head_weights(h, s());
+  const auto got_hw = hw.fetch();
+  h = {hw.host(), batch, heads, 0.25f};
+  kernels::indexer_head_weights_ref(h);
+  EXPECT_LT(scaled_error(got_hw, std::vector<float>(hw.host(), hw.host() + got_hw.size())), 1e-6);
+  Mirror<std::int32_t> phys(std::vector<std::int32_t>{0, 5, -1, 9, 17, -1}),
+      slots(std::vector<std::int32_t>(6));
+  kernels::SlotsFromPhysicalArgs sp{phys.dev(), slots.dev(), 2, 3, 8};
+  kernels::launch_slots_from_physical(sp, s());
+  EXPECT_EQ(slots.fetch(), (std::vector<std::int32_t>{0, 5, -1, 0, 8, -1}));
+}
+
+#else
+TEST(DecodeKernelsGpu, NeedsACudaBuild) {
+  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
+}
+#endif
+
+}  // namespace
+}  // namespace hisparse
