@@ -139,8 +139,9 @@ void check_budget(int budget, int channels, const std::string& where);
 /// shares, not differences from the mean: heads differ mostly in how many channels carry their
 /// scores, and a water-filling split grows each head's planes with that count; in decode runs on
 /// a synthetic capture, shares beat equal budgets both below and above the calibrated mean, while
-/// differences starved the small heads below it (README "A budget per KV head"). Throws Error
-/// naming `where` for an empty or all-zero table, or one whose size is not a multiple of kv_heads.
+/// differences starved the small heads below it (reports/fathom_quality.md "A budget per KV
+/// head"). Throws Error naming `where` for an empty or all-zero table, or one whose size is not a
+/// multiple of kv_heads.
 [[nodiscard]] std::vector<std::int32_t> head_budgets(std::span<const int> table, int kv_heads,
                                                      int layer, int budget, int max_budget,
                                                      const std::string& where);

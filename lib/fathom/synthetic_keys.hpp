@@ -44,7 +44,8 @@ struct SyntheticKeySpec {
   // tokens, sinks and a recency bump, so that exact top-256 of 8192 tokens keeps about 98% of the
   // mass and leaves a relative L2 output error of about 2% (what top-k leaves in real models: a
   // few percent), with an entropy of about 3 nats and a quarter of the mass on the sinks
-  // (attention_stats() in quality_study.hpp measures these; README "Synthetic workload").
+  // (attention_stats() in quality_study.hpp measures these; reports/fathom_quality.md
+  // "Synthetic workload").
   int sink_tokens = 4;
   double sink_strength = 6.0;  ///< in units of the background score std; ~25% of the mass
   /// Planted tokens aligned with the query: the heavy tail of the logit distribution. Every

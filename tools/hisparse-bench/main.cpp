@@ -18,8 +18,8 @@ constexpr const char* kFooter =
     "written); 2 bad input (flags, scenario or model YAML, files, impossible sizes) or no usable "
     "backend; 124 a step ran past twice point_time_limit_s; 130 / 143 stopped by SIGINT / "
     "SIGTERM (completed points kept: continue with run --resume DIR).\n"
-    "Scenarios: scenarios/*.yaml (hisparse-bench list scenarios); keys documented in "
-    "lib/scenario/scenario.hpp.";
+    "Scenarios: scenarios/*.yaml (hisparse-bench list scenarios); every command, flag and key: "
+    "tools/hisparse-bench/README.md.";
 
 void print_error(const std::string& message) {
   std::string line = message;
@@ -252,8 +252,9 @@ int run_cli(int argc, char** argv) {
   auto* replay =
       quality->add_option("--replay", quality_opts.replay,
                           "Captured keys and queries instead of synthetic ones: a directory of "
-                          ".npy files or a .safetensors file (README 'Replaying captured keys "
-                          "and queries'); every captured layer and KV head is a study head");
+                          ".npy files or a .safetensors file (tools/hisparse-bench/README.md, "
+                          "'Replayed workloads'); every captured layer and KV head is a study "
+                          "head");
   auto* model = quality->add_option("--model", quality_opts.model,
                                     "With --replay: the GQA model preset or YAML the capture "
                                     "came from");

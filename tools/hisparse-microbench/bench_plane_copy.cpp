@@ -1,11 +1,11 @@
-// Copy-engine staging probe for host-offloaded Fathom planes (a design measured and dropped; README
-// "Host planes staged into HBM"). The copy engines reach the PCIe ceiling on large runs, but which
-// (channel, plane) runs a step needs is decided on the GPU by the depth plan, and the host must
-// not wait for it. A CUDA graph can still follow a GPU-side plan: one switch node per (stream,
-// channel) whose bodies copy that channel's first 1..4 planes (one contiguous run in the host
-// layout), with the conditions set by a kernel from the depths. This measures that graph against
-// one cudaMemcpy of the same bytes (the ceiling) and a plain graph of the same copies chosen on
-// the host (the node overhead without the conditions).
+// Copy-engine staging probe for host-offloaded Fathom planes (a design measured and dropped;
+// kernels/fathom/README.md, "Host planes staged into HBM"). The copy engines reach the PCIe ceiling
+// on large runs, but which (channel, plane) runs a step needs is decided on the GPU by the depth
+// plan, and the host must not wait for it. A CUDA graph can still follow a GPU-side plan: one
+// switch node per (stream, channel) whose bodies copy that channel's first 1..4 planes (one
+// contiguous run in the host layout), with the conditions set by a kernel from the depths. This
+// measures that graph against one cudaMemcpy of the same bytes (the ceiling) and a plain graph of
+// the same copies chosen on the host (the node overhead without the conditions).
 // Names: fathom_plane_copy/method:<one_memcpy|plain_graph|switch_graph>/streams:S/context:N, 128
 // channels, 4 planes of N/8 bytes each per channel, budget 48 (synthetic depths: channels drawn at
 // random with random depths 1-4 until the budget is spent). Counters: us per call, GB/s of the
