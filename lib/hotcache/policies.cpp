@@ -336,7 +336,8 @@ SelectionTrace read_selection_trace(const std::filesystem::path& path) {
     auto parse = [&](std::string_view text, auto& value, const char* what) {
       const auto first = text.find_first_not_of(" \t\r");
       const auto last = text.find_last_not_of(" \t\r");
-      text = text.substr(first, last - first + 1);
+      text = first == std::string_view::npos ? std::string_view()
+                                             : text.substr(first, last - first + 1);
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
       if (ec != std::errc() || end != text.data() + text.size())
         throw Error(where, fmt::format("'{}' is not a valid {}", text, what),

@@ -20,6 +20,7 @@ namespace hisparse {
 namespace {
 
 using json_lookup::at;
+using json_lookup::number;
 using nlohmann::json;
 
 std::string text_of(const json& v) {
@@ -27,10 +28,6 @@ std::string text_of(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
   return v.dump();
-}
-
-double number(const json& v, double fallback = std::nan("")) {
-  return v.is_number() ? v.get<double>() : fallback;
 }
 
 /// Config keys that tell points apart, in sweep order; "source" stands for the input file.

@@ -30,7 +30,7 @@ json read_json_file(const std::filesystem::path& path, const std::string& fix) {
   text << in.rdbuf();
   try {
     return json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error; out_of_range for a number like 1e999
     std::string why = e.what();
     if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
     throw Error(where, fmt::format("not valid JSON ({})", why), fix);
@@ -151,8 +151,9 @@ json merge_results(const std::vector<json>& documents, const std::vector<std::st
       ++recorded;
     }
     const json& summary = at(d, "summary");
-    planned += at(summary, "planned").is_number() ? at(summary, "planned").get<std::size_t>()
-                                                  : at(d, "points").size();
+    planned += at(summary, "planned").is_number_unsigned()
+                   ? at(summary, "planned").get<std::size_t>()
+                   : at(d, "points").size();
     complete = complete && at(summary, "complete") != json(false);
   }
   merged["summary"] = {{"planned", planned},

@@ -12,6 +12,7 @@ namespace hisparse {
 namespace {
 
 using json_lookup::at;
+using json_lookup::number;
 using nlohmann::json;
 
 /// Numbers with up to 6 significant digits, integers as integers, null as empty.
@@ -66,7 +67,7 @@ std::string source_prefix(const json& results, const json& point) {
   const json& sources = at(results, "sources");
   const json& src = at(point, "source");
   if (!sources.is_array() || !src.is_number()) return "";
-  const auto i = src.get<std::size_t>();
+  const std::size_t i = json_lookup::index(src);
   return (i < sources.size() ? cell(at(sources[i], "label")) : cell(src)) + ": ";
 }
 
@@ -90,7 +91,7 @@ std::string selection_table(const json& results, const std::string& mode) {
                         cell(at(c, "top_k")), bits.is_number() ? cell(at(c, "budget_bits")) : "-",
                         number_or_dash(bits, "{:.1f}"),
                         number_or_dash(at(m, "active_channels"), "{:.1f}"),
-                        bytes_text(at(m, "bytes_scanned_per_step").get<double>()),
+                        bytes_text(number(at(m, "bytes_scanned_per_step"))),
                         number_or_dash(at(m, "selection_recall"), "{:.4f}"),
                         number_or_dash(at(m, "attention_rel_error"), "{:.3g}"));
   }
@@ -185,8 +186,8 @@ std::string results_csv(const json& results) {
     if (merged) {
       const json& src = at(p, "source");
       const json& sources = at(results, "sources");
-      row.push_back(src.is_number() && src.get<std::size_t>() < sources.size()
-                        ? cell(at(sources[src.get<std::size_t>()], "label"))
+      row.push_back(json_lookup::index(src) < sources.size()
+                        ? cell(at(sources[json_lookup::index(src)], "label"))
                         : cell(src));
     }
     for (const char* k : kConfigKeys) row.push_back(cell(at(c, k)));
@@ -262,11 +263,11 @@ std::string results_markdown(const json& results) {
       std::string phases;
       if (const json& ph = at(m, "phase_ms"); ph.is_object())
         for (const auto& [name, v] : ph.items())
-          phases += fmt::format("{}{} {:.3g}", phases.empty() ? "" : ", ", name, v.get<double>());
+          phases += fmt::format("{}{} {:.3g}", phases.empty() ? "" : ", ", name, number(v));
       if (const json& gph = at(m, "gpu_phase_ms"); gph.is_object()) {
         phases += phases.empty() ? "GPU trace:" : "; GPU trace:";
         for (const auto& [name, v] : gph.items())
-          phases += fmt::format(" {} {:.3g}", name, v.get<double>());
+          phases += fmt::format(" {} {:.3g}", name, number(v));
       }
       const bool ok = cell(at(p, "status")) == "ok";
       std::string status = ok ? std::string("ok") : fmt::format("failed: {}", cell(at(p, "error")));
@@ -277,15 +278,15 @@ std::string results_markdown(const json& results) {
           "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
           source_prefix(results, p) + cell(at(c, "model")), cell(at(c, "concurrency")),
           cell(at(c, "context_length")), cell(at(c, "top_k")), cell(at(c, "hot_buffer")), status,
-          ok ? fmt::format("{:.1f}", at(m, "output_tokens_per_s").get<double>()) : "",
-          ok ? fmt::format("{:.3f}", at(step, "median").get<double>()) : "",
-          ok ? fmt::format("{:.3f}", at(step, "p90").get<double>()) : "",
-          ok ? fmt::format("{:.3f}", at(step, "p99").get<double>()) : "",
+          ok ? fmt::format("{:.1f}", number(at(m, "output_tokens_per_s"))) : "",
+          ok ? fmt::format("{:.3f}", number(at(step, "median"))) : "",
+          ok ? fmt::format("{:.3f}", number(at(step, "p90"))) : "",
+          ok ? fmt::format("{:.3f}", number(at(step, "p99"))) : "",
           ok ? fmt::format("{} / {}", cell(at(m, "running_requests")),
                            cell(at(m, "queued_requests")))
              : "",
           hit.is_number() ? fmt::format("{:.1f}%", 100 * hit.get<double>()) : "-",
-          ok ? bytes_text(at(m, "bytes_h2d_per_step").get<double>()) : "", phases);
+          ok ? bytes_text(number(at(m, "bytes_h2d_per_step"))) : "", phases);
     }
     out += "\n";
     out += selection_table(results, mode);

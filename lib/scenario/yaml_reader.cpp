@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "scenario/scenario.hpp"
@@ -60,6 +61,13 @@ std::string YamlReader::scalar(const YAML::Node& n, const std::string& key,
     throw Error(where(key, n),
                 fmt::format("expected {}, got a {}", expected, n.IsSequence() ? "list" : "mapping"),
                 "write a single value");
+  // Values end up in results.json, which holds UTF-8 text only: refuse other bytes here, with
+  // the JSON writer's own check, rather than when the first point is written.
+  try {
+    (void)nlohmann::json(n.Scalar()).dump();
+  } catch (const nlohmann::json::type_error&) {
+    throw Error(where(key, n), "the value is not UTF-8 text", "save the file as UTF-8");
+  }
   return n.Scalar();
 }
 

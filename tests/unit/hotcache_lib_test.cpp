@@ -260,6 +260,12 @@ TEST(HotcachePolicies, TraceFileRoundTripAndErrors) {
   }
   EXPECT_EQ(test::error_message([&] { (void)read_selection_trace(path); }),
             path.string() + ":3: 'x4' is not a valid position; use decimal integers");
+  {
+    std::ofstream bad(path);
+    bad << ": 1 2\n";  // found by tests/fuzz (selection_trace): it threw std::out_of_range
+  }
+  EXPECT_EQ(test::error_message([&] { (void)read_selection_trace(path); }),
+            path.string() + ":1: '' is not a valid sequence length; use decimal integers");
   std::filesystem::remove(path);
 }
 

@@ -8,7 +8,9 @@
 #include "bench/result_set.hpp"
 #include "core/error.hpp"
 #include "report/atomic_file.hpp"
+#include "report/results_file.hpp"
 #include "report/tables.hpp"
+#include "support/error_message.hpp"
 #include "support/run_command.hpp"
 #include "support/temp_dir.hpp"
 
@@ -135,6 +137,27 @@ TEST(ReportResults, MarkdownStatesBackendDeviceAndSyntheticData) {
   EXPECT_NE(md.find("| tiny-dsa | 4 | 2048 | 64 | 128 | ok | 2000.0 | 2.000 |"), std::string::npos)
       << md;
   EXPECT_NE(md.find("75.0%"), std::string::npos);
+}
+
+// Found by tests/fuzz (results_json): an ok point without metrics (a partial or hand-edited
+// file) made `report` fail with nlohmann's "type must be number, but is null".
+TEST(ReportResults, MarkdownOfAPointWithoutMetrics) {
+  const auto doc = nlohmann::json::parse(
+      R"({"schema_version": 1, "points": [{"status": "ok", "config": {"mode": "dense"}}]})");
+  const std::string md = results_markdown(doc);
+  EXPECT_NE(md.find("|  |  |  |  |  | ok | nan | nan | nan | nan |  /  | - | nan B |  |"),
+            std::string::npos)
+      << md;
+}
+
+// Found by tests/fuzz (results_json): nlohmann's out_of_range escaped as an unexpected failure.
+TEST(ReportResults, LoadingANumberBeyondDoubleIsInvalidJson) {
+  const TempDir dir;
+  const auto file = dir.write("results.json", R"({"schema_version": 1e999, "points": []})");
+  EXPECT_EQ(test::error_message([&] { (void)load_results(file); }),
+            file.string() +
+                ": not valid JSON (number overflow parsing '1e999'); give the path of a "
+                "results.json written by 'hisparse-bench run'");
 }
 
 TEST(ReportResults, MarkdownListsWhatEachSelectionReadAndHowGoodItWas) {

@@ -244,6 +244,12 @@ TEST(ScenarioValidation, WrongTypes) {
             "s.yaml:3:1: top_k: missing value; write an integer after 'top_k:'");
 }
 
+// Found by tests/fuzz (scenario_yaml): the run failed writing results.json after its first point.
+TEST(ScenarioValidation, TextThatIsNotUtf8) {
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-gqa\ndescription: caf\xe9\n"),
+            "s.yaml:3:14: description: the value is not UTF-8 text; save the file as UTF-8");
+}
+
 TEST(ScenarioValidation, RequiredKeysAndEmptyDocument) {
   EXPECT_EQ(error_of("model: tiny-gqa\n"),
             "s.yaml:1:1: name: missing required key; add 'name: <identifier>'");
