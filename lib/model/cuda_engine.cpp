@@ -8,10 +8,12 @@
 // top-k, the GQA baseline's group attention mass, attention over all rows or a selection, the
 // HiSparse swap-in (the existing kernel), the Fathom plane scan (the existing selector), the
 // MoE router, experts and shared expert, the LM head and the greedy argmax.
-// What still crosses to the host inside a step, for now: the synthetic workload's queries (made
-// on the host per layer, copied up), the Fathom selector's queries and selections, the swap-in's
-// hit counts and traces, and the next tokens at the end of the step. Each is a synchronisation
-// that a CUDA graph of the whole step cannot hold; stage two moves them onto the GPU.
+// A synthetic workload is made on the GPU (kernels/workload: the context's KV rows and index keys
+// at construction, each step's queries per layer), bit for bit KvWorkload's values; a replayed
+// capture is read on the host and copied up.
+// What still crosses to the host inside a step, for now: a replayed capture's queries, the Fathom
+// selector's queries and selections, the swap-in's hit counts and traces, and the next tokens at
+// the end of the step. Each is a synchronisation that a CUDA graph of the whole step cannot hold.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -38,6 +40,7 @@
 #include "kernels/gemm/swiglu.hpp"
 #include "kernels/indexer/indexer.hpp"
 #include "kernels/topk/topk.hpp"
+#include "kernels/workload/workload_synth.hpp"
 #include "model/capacity_model.hpp"
 #include "model/detail/engine_impl.hpp"
 #include "model/engine_fathom_index.hpp"
@@ -154,11 +157,19 @@ class CudaDecodeEngine final : public EngineImpl {
 
   void upload_weights(const ModelWeights& host);
   void fill_context();
+  /// The workload's tables in device memory (synthetic workloads).
+  void upload_workload_tables();
+  /// Keys (and values) of layer l's context into k_cache_ / v_cache_, and its index keys.
+  void synthesise_context(int l);
+  void read_context(int l);
   void linear(const float* x, const float* wt, float* y, int m, int n, int k, float beta = 0.0f,
               int ldy = 0, int ldx = 0) const;
   void rmsnorm(const float* x, const float* weight, float* y, int rows, int n, int ld = 0) const;
   void rope(float* x, int heads, int head_stride, int offset, int dim, int row_stride = 0) const;
-  /// The workload's queries of `layer` (or its index queries) for this step, copied to `out`.
+  /// The workload's queries of `layer` for this step into workload_q_ (its index queries into
+  /// ix_workload_q_): made on the GPU, or a capture's copied up.
+  void workload_queries(int layer);
+  void workload_index_queries(int layer);
   void upload_workload_queries(int layer, bool index, float* out);
   void attention_gqa(int layer, StepStats& stats);
   void attention_mla(int layer, StepStats& stats);
@@ -183,7 +194,16 @@ class CudaDecodeEngine final : public EngineImpl {
   // Activations and step state.
   Buffer<float> x_, h_, q_, k_, v_, q_a_, kv_, q_model_, lat_, o_, mass_, scores_, gate_up_, act_,
       logits_, router_logits_, route_weights_, ix_q_, ix_k_, ix_w_, workload_q_, kv_rows_;
+  Buffer<float> ix_workload_q_;
   Buffer<std::int32_t> tokens_, indices_, slots_;
+  // The synthetic workload on the GPU: D and a per (layer, KV head), key / value seeds per
+  // (layer, KV head, request), query seeds per (layer, request), index channels per layer, and
+  // the query walk's state per layer.
+  bool gpu_workload_ = false;
+  Buffer<float> wl_scale_, wl_anchor_;
+  Buffer<std::uint64_t> wl_key_seeds_, wl_value_seeds_, wl_query_seeds_;
+  Buffer<std::int32_t> wl_index_channels_;
+  std::vector<Buffer<float>> wl_query_state_;
   Buffer<std::int64_t> positions_, lens_, group_lens_;
   std::vector<Buffer<float>> attention_out_, query_record_;    ///< per layer, last step
   std::vector<std::int64_t> attention_floats_, query_floats_;  ///< per layer, last step
@@ -235,6 +255,8 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
     ix_q_ = gpu<float>(std::int64_t{B} * ix.heads * ix.head_dim, "indexer queries");
     ix_k_ = gpu<float>(std::int64_t{B} * ix.head_dim, "indexer new keys");
     ix_w_ = gpu<float>(std::int64_t{B} * ix.heads, "indexer head weights");
+    ix_workload_q_ =
+        gpu<float>(std::int64_t{B} * ix.heads * ix.head_dim, "indexer workload queries");
     scores_ = gpu<float>(std::int64_t{B} * capacity_, "indexer scores");
     if (ix.heads * ix.head_dim > q_floats)
       throw Error(fmt::format("model {}", model.name), "indexer queries outgrow the query buffer",
@@ -294,69 +316,194 @@ void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
   }
 }
 
-// The context of every request, made on the host by the workload exactly as the CPU engine makes
-// it, then copied up (and into the host pool and plane stores of the offloading modes).
+template <class T>
+[[nodiscard]] Buffer<T> upload(const std::vector<T>& host, const char* label) {
+  auto buf = Buffer<T>::device(std::max<size_t>(host.size(), 1), Backend::cuda, label);
+  if (!host.empty())
+    copy_bytes(buf.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
+  return buf;
+}
+
+void CudaDecodeEngine::upload_workload_tables() {
+  const int L = model_.layers, G = kv_heads_, B = batch_;
+  std::vector<float> scale, anchor;
+  std::vector<std::uint64_t> key_seeds, value_seeds, query_seeds;
+  std::vector<std::int32_t> channels;
+  for (int l = 0; l < L; ++l) {
+    for (int g = 0; g < G; ++g) {
+      const auto& d = workload_.key_scale(l, g);
+      const auto& a = workload_.key_anchor(l, g);
+      scale.insert(scale.end(), d.begin(), d.end());
+      anchor.insert(anchor.end(), a.begin(), a.end());
+      for (int b = 0; b < B; ++b) {
+        key_seeds.push_back(workload_.key_seed(b, l, g));
+        value_seeds.push_back(workload_.value_seed(b, l, g));
+      }
+    }
+    for (int b = 0; b < B; ++b) query_seeds.push_back(workload_.query_seed(b, l));
+    if (workload_.index_dim() > 0)
+      for (int c : workload_.index_channels(l)) channels.push_back(c);
+    wl_query_state_.push_back(
+        gpu<float>(std::int64_t{B} * workload_.q_heads() * key_dim_, "workload query walk"));
+  }
+  wl_scale_ = upload(scale, "workload channel scales");
+  wl_anchor_ = upload(anchor, "workload anchors");
+  wl_key_seeds_ = upload(key_seeds, "workload key seeds");
+  wl_value_seeds_ = upload(value_seeds, "workload value seeds");
+  wl_query_seeds_ = upload(query_seeds, "workload query seeds");
+  wl_index_channels_ = upload(channels, "workload index channels");
+}
+
+// The context of every request on the GPU, the values KvWorkload gives: keys (and GQA values)
+// straight into the layer's cache, DSA index keys through a float scratch into fp8.
+void CudaDecodeEngine::synthesise_context(int l) {
+  const int G = kv_heads_, B = batch_, D = key_dim_;
+  const std::int64_t table = std::int64_t{l} * G;
+  for (int g = 0; g < G; ++g) {
+    kernels::SynthRowsArgs a;
+    a.seeds = wl_key_seeds_.device_data() + (table + g) * B;
+    a.scale = wl_scale_.device_data() + (table + g) * D;
+    a.anchor = wl_anchor_.device_data() + (table + g) * D;
+    a.boost = workload_.key_boost_params(l, g);
+    a.out = k_cache_[zu(l)].device_data() + std::int64_t{g} * capacity_ * D;
+    a.streams = B;
+    a.dim = D;
+    a.count = seq_len_;
+    a.stream_stride = std::int64_t{G} * capacity_ * D;
+    kernels::launch_synth_rows(a, s());
+    if (model_.is_mla()) continue;
+    a.seeds = wl_value_seeds_.device_data() + (table + g) * B;
+    a.scale = a.anchor = nullptr;
+    a.dim = value_dim_;
+    a.out = v_cache_[zu(l)].device_data() + std::int64_t{g} * capacity_ * value_dim_;
+    a.stream_stride = std::int64_t{G} * capacity_ * value_dim_;
+    kernels::launch_synth_rows(a, s());
+  }
+  const int ix_dim = workload_.index_dim();
+  if (ix_dim == 0 || indexer_layer(l) != l) return;
+  auto scratch = gpu<float>(seq_len_ * ix_dim, "index keys (float, context)");
+  for (int b = 0; b < B; ++b) {
+    kernels::SynthRowsArgs a;
+    a.seeds = wl_key_seeds_.device_data() + table * B + b;
+    a.scale = wl_scale_.device_data() + table * D;
+    a.anchor = wl_anchor_.device_data() + table * D;
+    a.channels = wl_index_channels_.device_data() + std::int64_t{l} * ix_dim;
+    a.boost = workload_.key_boost_params(l, 0);
+    a.out = scratch.device_data();
+    a.streams = 1;
+    a.dim = D;
+    a.out_dim = ix_dim;
+    a.count = seq_len_;
+    a.stream_stride = seq_len_ * ix_dim;
+    kernels::launch_synth_rows(a, s());
+    kernels::QuantizeIndexKeysArgs q;
+    q.keys = scratch.device_data();
+    q.codes = index_keys_[zu(l)].device_data();
+    q.scales = index_scales_[zu(l)].device_data();
+    q.rows = static_cast<int>(seq_len_);
+    q.dim = ix_dim;
+    q.key_stride = ix_dim;
+    q.dest_row_stride = 1;
+    q.dest_offset = std::int64_t{b} * capacity_;
+    kernels::launch_quantize_index_keys(q, s());
+  }
+  stream_.synchronize();  // the scratch goes out of scope
+}
+
+// A replayed capture's context, read on the host by the workload as the CPU engine reads it.
+void CudaDecodeEngine::read_context(int l) {
+  const bool mla = model_.is_mla();
+  const size_t groups = zu(batch_) * zu(kv_heads_), n = zu(seq_len_);
+  std::vector<float> keys(groups * n * zu(key_dim_)), values(mla ? 0 : groups * n * zu(value_dim_));
+  for (size_t g = 0; g < groups; ++g) {
+    const int b = static_cast<int>(g / zu(kv_heads_)), kh = static_cast<int>(g % zu(kv_heads_));
+    workload_.keys(b, l, kh, 0, seq_len_, keys.data() + g * n * zu(key_dim_));
+    if (!mla) workload_.values(b, l, kh, 0, seq_len_, values.data() + g * n * zu(value_dim_));
+  }
+  auto put = [&](const std::vector<float>& src, int dim, Buffer<float>& dst) {
+    HISPARSE_CUDA_CHECK(cudaMemcpy2D(dst.device_data(), zu(capacity_) * zu(dim) * sizeof(float),
+                                     src.data(), n * zu(dim) * sizeof(float),
+                                     n * zu(dim) * sizeof(float), groups, cudaMemcpyHostToDevice));
+  };
+  put(keys, key_dim_, k_cache_[zu(l)]);
+  if (!mla) put(values, value_dim_, v_cache_[zu(l)]);
+  const int ix_dim = workload_.index_dim();
+  if (ix_dim == 0 || indexer_layer(l) != l) return;
+  std::vector<float> ik(n * zu(ix_dim));
+  std::vector<std::uint8_t> codes(zu(batch_) * zu(capacity_) * zu(ix_dim), 0);
+  std::vector<float> scales(zu(batch_) * zu(capacity_), 0.0f);
+  for (int b = 0; b < batch_; ++b) {
+    workload_.index_keys(b, l, 0, seq_len_, ik.data());
+    for (size_t t = 0; t < n; ++t) {
+      const size_t row = zu(b) * zu(capacity_) + t;
+      kernels::quantize_index_key(ik.data() + t * zu(ix_dim), ix_dim,
+                                  codes.data() + row * zu(ix_dim), scales.data() + row);
+    }
+  }
+  copy_bytes(index_keys_[zu(l)].device_data(), codes.data(), codes.size(), Backend::cuda);
+  copy_bytes(index_scales_[zu(l)].device_data(), scales.data(), scales.size() * sizeof(float),
+             Backend::cuda);
+}
+
+// Every layer's context into the GPU caches (made there, or a capture's copied up), then from
+// them into the host pool and the plane stores of the offloading modes.
 void CudaDecodeEngine::fill_context() {
   HISPARSE_FUNC_RANGE();
   const bool mla = model_.is_mla();
   const int ix_dim = workload_.index_dim();
   const size_t groups = zu(batch_) * zu(kv_heads_);
-  const size_t n = zu(seq_len_);
-  std::vector<float> keys(groups * n * zu(key_dim_)), values(mla ? 0 : groups * n * zu(value_dim_));
+  gpu_workload_ = !workload_.replay();
+  if (gpu_workload_) upload_workload_tables();
   if (fathom_) {
     fathom_index_ = make_fathom_index(capacity_, Backend::cuda);
     width_ = fathom_index_->width();
   }
   hot_rows_ = make_hot_rows(capacity_, Backend::cuda);
+  std::vector<float> keys_host;
   for (int l = 0; l < model_.layers; ++l) {
-    for (size_t g = 0; g < groups; ++g) {
-      const int b = static_cast<int>(g / zu(kv_heads_)), kh = static_cast<int>(g % zu(kv_heads_));
-      workload_.keys(b, l, kh, 0, seq_len_, keys.data() + g * n * zu(key_dim_));
-      if (!mla) workload_.values(b, l, kh, 0, seq_len_, values.data() + g * n * zu(value_dim_));
-    }
-    auto upload = [&](const std::vector<float>& src, int dim, const char* label) {
-      auto buf =
-          gpu<float>(std::int64_t{static_cast<std::int64_t>(groups)} * capacity_ * dim, label);
+    auto cache = [&](int dim, const char* label) {
+      auto buf = gpu<float>(static_cast<std::int64_t>(groups) * capacity_ * dim, label);
       HISPARSE_CUDA_CHECK(cudaMemset(buf.device_data(), 0, buf.size() * sizeof(float)));
-      HISPARSE_CUDA_CHECK(cudaMemcpy2D(buf.device_data(), zu(capacity_) * zu(dim) * sizeof(float),
-                                       src.data(), n * zu(dim) * sizeof(float),
-                                       n * zu(dim) * sizeof(float), groups,
-                                       cudaMemcpyHostToDevice));
       return buf;
     };
-    k_cache_.push_back(upload(keys, key_dim_, "KV cache (keys)"));
-    if (!mla) v_cache_.push_back(upload(values, value_dim_, "KV cache (values)"));
+    k_cache_.push_back(cache(key_dim_, "KV cache (keys)"));
+    if (!mla) v_cache_.push_back(cache(value_dim_, "KV cache (values)"));
     if (ix_dim > 0 && indexer_layer(l) == l) {
-      std::vector<float> ik(n * zu(ix_dim));
-      std::vector<std::uint8_t> codes(zu(batch_) * zu(capacity_) * zu(ix_dim), 0);
-      std::vector<float> scales(zu(batch_) * zu(capacity_), 0.0f);
-      for (int b = 0; b < batch_; ++b) {
-        workload_.index_keys(b, l, 0, seq_len_, ik.data());
-        for (size_t t = 0; t < n; ++t) {
-          const size_t row = zu(b) * zu(capacity_) + t;
-          kernels::quantize_index_key(ik.data() + t * zu(ix_dim), ix_dim,
-                                      codes.data() + row * zu(ix_dim), scales.data() + row);
-        }
-      }
-      auto c = Buffer<std::uint8_t>::device(codes.size(), Backend::cuda, "index keys");
-      auto sc = Buffer<float>::device(scales.size(), Backend::cuda, "index key scales");
-      copy_bytes(c.device_data(), codes.data(), codes.size(), Backend::cuda);
-      copy_bytes(sc.device_data(), scales.data(), scales.size() * sizeof(float), Backend::cuda);
-      index_keys_.push_back(std::move(c));
+      const std::int64_t rows = std::int64_t{batch_} * capacity_;
+      auto codes = Buffer<std::uint8_t>::device(zu(rows * ix_dim), Backend::cuda, "index keys");
+      auto sc = gpu<float>(rows, "index key scales");
+      HISPARSE_CUDA_CHECK(cudaMemset(codes.device_data(), 0, codes.size()));
+      HISPARSE_CUDA_CHECK(cudaMemset(sc.device_data(), 0, sc.size() * sizeof(float)));
+      index_keys_.push_back(std::move(codes));
       index_scales_.push_back(std::move(sc));
     } else {
       index_keys_.emplace_back();
       index_scales_.emplace_back();
     }
-    if (fathom_index_) fathom_index_->load_context(l, keys.data(), seq_len_ * key_dim_, seq_len_);
-    if (hot_rows_)
-      for (int st = 0; st < streams_; ++st)
-        for (std::int64_t t = 0; t < seq_len_; ++t) {
-          float* row = hot_rows_->pool_row(st, l, t);
-          const size_t at = (zu(st) * n + zu(t)) * zu(key_dim_);
-          std::copy_n(keys.data() + at, key_dim_, row);
-          if (!mla) std::copy_n(values.data() + at, key_dim_, row + key_dim_);
-        }
+    if (gpu_workload_)
+      synthesise_context(l);
+    else
+      read_context(l);
+    stream_.synchronize();  // the copies below run on the default stream
+    const size_t key_row = zu(key_dim_) * sizeof(float), value_row = zu(value_dim_) * sizeof(float);
+    if (fathom_index_) {
+      keys_host.resize(groups * zu(capacity_) * zu(key_dim_));
+      copy_bytes(keys_host.data(), k_cache_[zu(l)].device_data(), keys_host.size() * sizeof(float),
+                 Backend::cuda);
+      fathom_index_->load_context(l, keys_host.data(), capacity_ * key_dim_, seq_len_);
+    }
+    if (!hot_rows_ || seq_len_ == 0) continue;
+    const size_t pitch = hot_rows_->pool_row_stride();
+    for (int st = 0; st < streams_; ++st) {
+      float* row = hot_rows_->pool_row(st, l, 0);
+      const float* k = k_cache_[zu(l)].device_data() + zu(st) * zu(capacity_) * zu(key_dim_);
+      HISPARSE_CUDA_CHECK(
+          cudaMemcpy2D(row, pitch, k, key_row, key_row, zu(seq_len_), cudaMemcpyDeviceToHost));
+      if (mla) continue;
+      const float* v = v_cache_[zu(l)].device_data() + zu(st) * zu(capacity_) * zu(value_dim_);
+      HISPARSE_CUDA_CHECK(cudaMemcpy2D(row + key_dim_, pitch, v, value_row, value_row, zu(seq_len_),
+                                       cudaMemcpyDeviceToHost));  // [K | V] rows
+    }
   }
   if (hot_rows_) hot_rows_->admit_all(seq_len_);
 }
@@ -417,6 +564,39 @@ void CudaDecodeEngine::rope(float* x, int heads, int head_stride, int offset, in
   r.dim = dim;
   r.theta = model_.rope_theta;
   kernels::launch_rope(r, s());
+}
+
+void CudaDecodeEngine::workload_queries(int layer) {
+  if (!gpu_workload_) return upload_workload_queries(layer, false, workload_q_.device_data());
+  kernels::SynthQueriesArgs q;
+  q.seeds = wl_query_seeds_.device_data() + std::int64_t{layer} * batch_;
+  q.anchors = wl_anchor_.device_data() + std::int64_t{layer} * kv_heads_ * key_dim_;
+  q.state = wl_query_state_[zu(layer)].device_data();
+  q.out = workload_q_.device_data();
+  q.requests = batch_;
+  q.q_heads = workload_.q_heads();
+  q.kv_heads = kv_heads_;
+  q.dim = key_dim_;
+  q.step = step_;
+  q.rho = workload_.query_rho();
+  q.fresh = workload_.query_fresh();
+  q.c_q = workload_.query_anchor_gain();
+  kernels::launch_synth_queries(q, s());
+}
+
+// The index queries are channels of the attention queries workload_queries() made for the layer.
+void CudaDecodeEngine::workload_index_queries(int layer) {
+  if (!gpu_workload_) return upload_workload_queries(layer, true, ix_workload_q_.device_data());
+  kernels::GatherIndexQueriesArgs g;
+  g.q = workload_q_.device_data();
+  g.channels = wl_index_channels_.device_data() + std::int64_t{layer} * workload_.index_dim();
+  g.out = ix_workload_q_.device_data();
+  g.requests = batch_;
+  g.q_heads = workload_.q_heads();
+  g.q_dim = key_dim_;
+  g.heads = workload_.index_heads();
+  g.dim = workload_.index_dim();
+  kernels::launch_gather_index_queries(g, s());
 }
 
 void CudaDecodeEngine::upload_workload_queries(int layer, bool index, float* out) {
@@ -543,7 +723,7 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
     rope(q, qh, hd, 0, hd);
     rope(k_.device_data(), kvh, hd, 0, hd);
   }
-  upload_workload_queries(l, false, workload_q_.device_data());
+  workload_queries(l);
   {
     GpuPhaseClock::Scope t(clock_, "attention");
     kernels::BlendQueriesArgs bq;
@@ -705,7 +885,7 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
     ab.v_dim = vd;
     kernels::launch_mla_absorb(ab, s());
   }
-  upload_workload_queries(l, false, workload_q_.device_data());
+  workload_queries(l);
   {
     GpuPhaseClock::Scope t(clock_, "attention");
     kernels::BlendQueriesArgs bq;
@@ -807,7 +987,7 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
     kernels::launch_quantize_index_keys(qk, s());
   }
   if (!sparse_) return;
-  upload_workload_queries(l, true, workload_q_.device_data());
+  workload_index_queries(l);
   {
     HISPARSE_RANGE("indexer", Phase::indexer);
     GpuPhaseClock::Scope t(clock_, "indexer");
@@ -816,7 +996,7 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
     linear(h_.device_data(), w(l, "self_attn.indexer.weights_proj.weight"), ix_w_.device_data(),
            batch_, ix.heads, H);
     kernels::BlendQueriesArgs bq;
-    bq.workload = workload_q_.device_data();
+    bq.workload = ix_workload_q_.device_data();
     bq.q = ix_q_.device_data();
     bq.rows = batch_ * ix.heads;
     bq.n = ix.head_dim;

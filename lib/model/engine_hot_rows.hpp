@@ -34,6 +34,8 @@ class HotRowCache {
   [[nodiscard]] const HotRowShape& shape() const noexcept { return shape_; }
   /// The host-pool row of `token` (write the context here before admit_all()).
   [[nodiscard]] float* pool_row(int stream, int layer, std::int64_t token);
+  /// Bytes from one token's pool row to the next of the same (stream, layer).
+  [[nodiscard]] std::size_t pool_row_stride() const noexcept { return cache_.pool().row_stride(); }
   /// Starts every stream with `seq_len` tokens in the pool (HotCache::admit).
   void admit_all(std::int64_t seq_len);
   /// The newest token (position seq_len - 1) of `stream`: into the host pool and into the

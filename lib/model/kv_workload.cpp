@@ -9,15 +9,13 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "kernels/indexer/indexer.hpp"
+#include "kernels/workload/workload_synth.hpp"
 #include "model/replay_capture.hpp"
 #include "model/selection_quality.hpp"
 
 namespace hisparse {
 namespace {
 enum : std::uint64_t { kScale = 1, kAnchor, kKey, kValue, kQuery, kIndexPick, kPerm };
-constexpr double kRecencyTokens = 64.0;
-constexpr float kSinkSigmas = 8.0f;  // sinks win against any content
-constexpr float kRecencySigmas = 3.0f;
 constexpr int kCalibrationSkip = 16;  // Fathom's calibration skips the first 16 tokens (sinks)
 }  // namespace
 
@@ -119,14 +117,36 @@ void KvWorkload::load_capture(const ModelSpec& model) {
   capture_ = std::move(capture);
 }
 
-float KvWorkload::boost(std::int64_t token, int layer, int kv_head) const {
-  const float sigma = sigma_[static_cast<std::size_t>(layer * kv_heads_ + kv_head)];
+kernels::KeyBoost KvWorkload::key_boost_params(int layer, int kv_head) const {
+  kernels::KeyBoost b;
   const float c_q = 0.5f * std::sqrt(static_cast<float>(key_dim_));
-  const float unit = sigma / c_q;  // a boost of `unit` adds about one sigma to the logit
-  if (token < spec_.sink_tokens) return kSinkSigmas * unit;
-  const double age = std::max<double>(0.0, static_cast<double>(context_ - 1 - token));
-  return static_cast<float>(spec_.recency_bias * kRecencySigmas * unit *
-                            std::exp(-age / kRecencyTokens));
+  b.unit = sigma_[static_cast<std::size_t>(layer * kv_heads_ + kv_head)] / c_q;
+  b.sink_tokens = spec_.sink_tokens;
+  b.recency_bias = spec_.recency_bias;
+  b.context = context_;
+  return b;
+}
+
+std::uint64_t KvWorkload::key_seed(int request, int layer, int kv_head) const noexcept {
+  return stream(kKey, static_cast<std::uint64_t>(request), static_cast<std::uint64_t>(layer),
+                static_cast<std::uint64_t>(kv_head));
+}
+std::uint64_t KvWorkload::value_seed(int request, int layer, int kv_head) const noexcept {
+  return stream(kValue, static_cast<std::uint64_t>(request), static_cast<std::uint64_t>(layer),
+                static_cast<std::uint64_t>(kv_head));
+}
+std::uint64_t KvWorkload::query_seed(int request, int layer) const noexcept {
+  return stream(kQuery, static_cast<std::uint64_t>(request), static_cast<std::uint64_t>(layer));
+}
+float KvWorkload::query_rho() const noexcept {
+  return static_cast<float>(1.0 - spec_.query_drift);
+}
+float KvWorkload::query_fresh() const noexcept {
+  const float rho = query_rho();
+  return std::sqrt(std::max(0.0f, 1.0f - rho * rho));
+}
+float KvWorkload::query_anchor_gain() const noexcept {
+  return 0.5f * std::sqrt(static_cast<float>(key_dim_));
 }
 
 void KvWorkload::keys(int request, int layer, int kv_head, std::int64_t first, std::int64_t count,
@@ -135,18 +155,15 @@ void KvWorkload::keys(int request, int layer, int kv_head, std::int64_t first, s
   const auto idx = static_cast<std::size_t>(layer * kv_heads_ + kv_head);
   const std::vector<float>& d = scale_[idx];
   const std::vector<float>& a = anchor_[idx];
-  const std::uint64_t s =
-      stream(kKey, static_cast<std::uint64_t>(request), static_cast<std::uint64_t>(layer),
-             static_cast<std::uint64_t>(kv_head));
+  const std::uint64_t s = key_seed(request, layer, kv_head);
+  const kernels::KeyBoost boost = key_boost_params(layer, kv_head);
   for (std::int64_t i = 0; i < count; ++i) {
     const std::int64_t t = first + i;
-    const float b = boost(t, layer, kv_head);
+    const float b = kernels::key_boost(boost, t);
     float* row = out + i * key_dim_;
     for (int j = 0; j < key_dim_; ++j)
-      row[j] = d[static_cast<std::size_t>(j)] *
-                   random_normal(s, static_cast<std::uint64_t>(t) * key_dim_ +
-                                        static_cast<std::uint64_t>(j)) +
-               b * a[static_cast<std::size_t>(j)];
+      row[j] = kernels::synthetic_key(s, t, j, key_dim_, d[static_cast<std::size_t>(j)],
+                                      a[static_cast<std::size_t>(j)], b);
   }
 }
 
@@ -162,9 +179,7 @@ void KvWorkload::values(int request, int layer, int kv_head, std::int64_t first,
   }
   if (capture_ && capture_->has_values())
     return capture_->values(layer, kv_head, first, count, out);
-  const std::uint64_t s =
-      stream(kValue, static_cast<std::uint64_t>(request), static_cast<std::uint64_t>(layer),
-             static_cast<std::uint64_t>(kv_head));
+  const std::uint64_t s = value_seed(request, layer, kv_head);
   for (std::int64_t i = 0; i < count; ++i)
     for (int j = 0; j < value_dim_; ++j)
       out[i * value_dim_ + j] = random_normal(
@@ -195,10 +210,9 @@ std::vector<float> KvWorkload::channel_variance(int layer, int kv_head) const {
 void KvWorkload::queries(int request, int layer, std::int64_t step, float* out) const {
   if (capture_) return capture_->queries(layer, step, out);
   const std::size_t n = static_cast<std::size_t>(q_heads_) * key_dim_;
-  const float rho = static_cast<float>(1.0 - spec_.query_drift);
-  const float fresh = std::sqrt(std::max(0.0f, 1.0f - rho * rho));
-  const std::uint64_t s =
-      stream(kQuery, static_cast<std::uint64_t>(request), static_cast<std::uint64_t>(layer));
+  const float rho = query_rho();
+  const float fresh = query_fresh();
+  const std::uint64_t s = query_seed(request, layer);
   {
     std::lock_guard lock(mutex_);
     Walk& w = walks_[{request, layer}];
@@ -215,7 +229,7 @@ void KvWorkload::queries(int request, int layer, std::int64_t step, float* out) 
     }
     std::copy(w.state.begin(), w.state.end(), out);
   }
-  const float c_q = 0.5f * std::sqrt(static_cast<float>(key_dim_));
+  const float c_q = query_anchor_gain();
   const int group = q_heads_ / kv_heads_;
   for (int h = 0; h < q_heads_; ++h) {
     const auto& a = anchor_[static_cast<std::size_t>(layer * kv_heads_ + h / group)];

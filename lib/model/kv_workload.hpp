@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/workload/workload_synth.hpp"
 #include "model/decode_engine.hpp"
 #include "model/model_spec.hpp"
 
@@ -82,6 +83,27 @@ class KvWorkload {
   /// Index queries of the step: [index_heads x index_dim]; weights are 1 / index_heads.
   void index_queries(int request, int layer, std::int64_t step, float* out) const;
 
+  // What kernels/workload needs to make the same values on a GPU (synthetic workloads only).
+  /// D and a of (layer, kv_head): [key_dim] each.
+  [[nodiscard]] const std::vector<float>& key_scale(int layer, int kv_head) const {
+    return scale_.at(static_cast<std::size_t>(layer * kv_heads_ + kv_head));
+  }
+  [[nodiscard]] const std::vector<float>& key_anchor(int layer, int kv_head) const {
+    return anchor_.at(static_cast<std::size_t>(layer * kv_heads_ + kv_head));
+  }
+  /// The DSA index key's channels of the layer's key: [index_dim].
+  [[nodiscard]] const std::vector<int>& index_channels(int layer) const {
+    return index_channels_.at(static_cast<std::size_t>(layer));
+  }
+  [[nodiscard]] kernels::KeyBoost key_boost_params(int layer, int kv_head) const;
+  [[nodiscard]] std::uint64_t key_seed(int request, int layer, int kv_head) const noexcept;
+  [[nodiscard]] std::uint64_t value_seed(int request, int layer, int kv_head) const noexcept;
+  [[nodiscard]] std::uint64_t query_seed(int request, int layer) const noexcept;
+  /// The query walk: state = rho * state + fresh * n, query = state + gain * anchor.
+  [[nodiscard]] float query_rho() const noexcept;
+  [[nodiscard]] float query_fresh() const noexcept;
+  [[nodiscard]] float query_anchor_gain() const noexcept;
+
   /// Top-k positions (increasing, -1 padded) among seq_len tokens for the step's workload
   /// queries: DSA models by the indexer (fp8 index keys), GQA models by exact attention mass
   /// summed over all query heads. For simulations that do not run the model (e.g. hot-buffer
@@ -92,7 +114,6 @@ class KvWorkload {
  private:
   [[nodiscard]] std::uint64_t stream(std::uint64_t kind, std::uint64_t a, std::uint64_t b = 0,
                                      std::uint64_t c = 0) const noexcept;
-  [[nodiscard]] float boost(std::int64_t token, int layer, int kv_head) const;
   void load_capture(const ModelSpec& model);
 
   WorkloadSpec spec_;
