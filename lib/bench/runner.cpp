@@ -258,6 +258,13 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
   DecodeEngine engine(model, config);
   m.gpu_bytes_per_request = engine.gpu_bytes_per_request();
   m.workload_notes = engine.workload_notes();
+  if (config.share_layer_weights)
+    m.workload_notes.push_back(fmt::format(
+        "weights shared across layers (deployment.share_layer_weights): layer 0's synthetic "
+        "tensors serve every dense layer{}; each layer still reads its full weight bytes",
+        model.ffn.kind == FfnKind::moe
+            ? fmt::format(" and layer {}'s every MoE layer", model.ffn.first_dense_layers)
+            : ""));
   const bool wall_clock = backend_ == Backend::cpu;
   m.timing = wall_clock ? "cpu wall clock per step (CPU backend, not GPU figures)"
                         : "cuda events per step (DecodeEngine StepStats)";

@@ -144,7 +144,7 @@ class CudaDecodeEngine final : public EngineImpl {
   }
   [[nodiscard]] cudaStream_t s() const noexcept { return stream_.native(); }
   [[nodiscard]] const float* w(int layer, std::string_view suffix) const {
-    return weight(fmt::format("model.layers.{}.{}", layer, suffix));
+    return weight(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
   }
   [[nodiscard]] const float* weight(const std::string& name) const;
   [[nodiscard]] int indexer_layer(int layer) const {
@@ -223,7 +223,8 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
   capacity_ = seq_len_ + steps;
   const bool mla = model.is_mla();
 
-  upload_weights(ModelWeights(model));  // the config was validated by DecodeEngine
+  upload_weights(
+      ModelWeights(model, config.share_layer_weights));  // the config was validated by DecodeEngine
 
   // Activations, sized for the largest use of each.
   const int H = model.hidden, B = batch_;
@@ -308,7 +309,7 @@ const float* CudaDecodeEngine::weight(const std::string& name) const {
 
 void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
   HISPARSE_FUNC_RANGE();
-  for (const TensorSpec& t : expected_tensors(model_)) {
+  for (const TensorSpec& t : expected_tensors(model_, config_.share_layer_weights)) {
     auto buf = Buffer<float>::device(zu(t.elements()), Backend::cuda, "model weights");
     copy_bytes(buf.device_data(), host.get(t.name), zu(t.elements()) * sizeof(float),
                Backend::cuda);

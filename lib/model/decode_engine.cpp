@@ -149,7 +149,8 @@ class CpuDecodeEngine final : public detail::EngineImpl {
     auto& cache = layer_weights_[static_cast<std::size_t>(layer)];
     const auto it = cache.find(suffix);
     if (it != cache.end()) return it->second;
-    const float* p = weights_.get(fmt::format("model.layers.{}.{}", layer, suffix));
+    const float* p =
+        weights_.get(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
     cache.emplace(suffix, p);
     return p;
   }
@@ -176,7 +177,7 @@ class CpuDecodeEngine final : public detail::EngineImpl {
 
 CpuDecodeEngine::CpuDecodeEngine(const ModelSpec& model, const EngineConfig& config)
     : EngineImpl(model, config),
-      weights_((validate_config(model, config), model)),
+      weights_((validate_config(model, config), model), config.share_layer_weights),
       layer_weights_(static_cast<std::size_t>(model.layers)),
       workload_(model, config.workload, config.concurrency, config.context_length) {
   derive_sizes(workload_);

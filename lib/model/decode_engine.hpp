@@ -66,6 +66,8 @@ struct EngineConfig {
   int max_decode_steps = 0;     ///< steps the engine may run: sizes the host pool and plane stores
                                 ///< of hisparse/fathom modes (0: 256); the Runner sets it
   bool quality_metrics = true;  ///< measure recall / attention error on sampled layers
+  /// Synthetic weights of one representative layer serve every layer (weight_source_layer)
+  bool share_layer_weights = false;
 };
 
 /// What one step did. Byte counts are those of the deployment's row layout (model.kv_row_bytes():

@@ -1,6 +1,8 @@
 #include "model/weights.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -33,7 +35,21 @@ std::int64_t TensorSpec::elements() const noexcept {
   return n;
 }
 
-std::vector<TensorSpec> expected_tensors(const ModelSpec& m) {
+int weight_source_layer(const ModelSpec& m, int layer, bool shared_layers, bool indexer) noexcept {
+  if (!shared_layers) return layer;
+  if (indexer) return 0;
+  const bool moe = m.ffn.kind == FfnKind::moe && layer >= m.ffn.first_dense_layers;
+  return moe ? m.ffn.first_dense_layers : 0;
+}
+
+std::string layer_tensor_name(const ModelSpec& m, int layer, std::string_view suffix,
+                              bool shared_layers) {
+  const bool indexer = suffix.starts_with("self_attn.indexer.");
+  return fmt::format("model.layers.{}.{}", weight_source_layer(m, layer, shared_layers, indexer),
+                     suffix);
+}
+
+std::vector<TensorSpec> expected_tensors(const ModelSpec& m, bool shared_layers) {
   using I = TensorSpec::Init;
   std::vector<TensorSpec> t;
   auto add = [&](std::string name, std::vector<std::int64_t> shape, I init = I::linear) {
@@ -42,6 +58,7 @@ std::vector<TensorSpec> expected_tensors(const ModelSpec& m) {
   const std::int64_t H = m.hidden;
   add("model.embed_tokens.weight", {m.vocab, H});
   for (int i = 0; i < m.layers; ++i) {
+    if (weight_source_layer(m, i, shared_layers) != i) continue;
     const std::string p = fmt::format("model.layers.{}.", i);
     add(p + "input_layernorm.weight", {H}, I::ones);
     add(p + "post_attention_layernorm.weight", {H}, I::ones);
@@ -101,9 +118,15 @@ std::vector<TensorSpec> expected_tensors(const ModelSpec& m) {
   return t;
 }
 
-ModelWeights::ModelWeights(const ModelSpec& model) {
+ModelWeights::ModelWeights(const ModelSpec& model, bool shared_layers) {
   HISPARSE_FUNC_RANGE();
-  const auto specs = expected_tensors(model);
+  if (shared_layers && !model.weights.empty())
+    throw Error(fmt::format("model {}", model.name),
+                fmt::format("share_layer_weights cannot be used with the weights of {}",
+                            model.weights.string()),
+                "set deployment.share_layer_weights: false, or drop `weights:` from the model "
+                "YAML to run shared synthetic weights");
+  const auto specs = expected_tensors(model, shared_layers);
   std::size_t total = 0;
   for (const auto& s : specs) total += static_cast<std::size_t>(s.elements());
   const std::size_t ram = Device::cpu().properties().total_memory;
@@ -119,8 +142,19 @@ ModelWeights::ModelWeights(const ModelSpec& model) {
     } else if (s.init == TensorSpec::Init::linear) {
       const std::uint64_t seed = model.weight_seed ^ fnv1a(s.name);
       const float scale = 1.0f / std::sqrt(static_cast<float>(s.shape.back()));
-      for (std::size_t i = 0; i < v.size(); ++i)
-        v[i] = bf16_to_float(float_to_bf16(random_normal(seed, i) * scale));
+      // Each value depends only on (seed, i), so the large tensors are filled by several threads.
+      auto fill = [&](std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i)
+          v[i] = bf16_to_float(float_to_bf16(random_normal(seed, i) * scale));
+      };
+      const std::size_t threads =
+          v.size() < (std::size_t{1} << 22) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+      std::vector<std::thread> pool;
+      const std::size_t chunk = (v.size() + threads - 1) / threads;
+      for (std::size_t t = 1; t < threads; ++t)
+        pool.emplace_back(fill, std::min(v.size(), t * chunk), std::min(v.size(), (t + 1) * chunk));
+      fill(0, std::min(v.size(), chunk));
+      for (auto& th : pool) th.join();
     }
     tensors_.emplace(s.name, std::move(v));
   }

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/model_spec.hpp"
@@ -39,14 +40,28 @@ struct TensorSpec {
   [[nodiscard]] std::int64_t elements() const noexcept;
 };
 
-/// Every tensor the model uses, with its shape, in a fixed order.
-[[nodiscard]] std::vector<TensorSpec> expected_tensors(const ModelSpec& model);
+/// Every tensor the model uses, with its shape, in a fixed order. With `shared_layers`, only the
+/// layers weight_source_layer() names (0 and, on MoE models, first_dense_layers).
+[[nodiscard]] std::vector<TensorSpec> expected_tensors(const ModelSpec& model,
+                                                       bool shared_layers = false);
+
+/// The layer whose tensors `layer` reads: itself, or with `shared_layers` the representative of
+/// its kind (layer 0 for dense-FFN layers, the first MoE layer for MoE layers). `indexer`: the
+/// DSA indexer's tensors, held by layer 0 when shared (every_n_layers divides 0).
+[[nodiscard]] int weight_source_layer(const ModelSpec& model, int layer, bool shared_layers,
+                                      bool indexer = false) noexcept;
+/// "model.layers.{weight_source_layer}.{suffix}" (the indexer's when suffix starts with
+/// "self_attn.indexer.").
+[[nodiscard]] std::string layer_tensor_name(const ModelSpec& model, int layer,
+                                            std::string_view suffix, bool shared_layers);
 
 class ModelWeights {
  public:
   /// Synthetic weights from model.weight_seed, then tensors from model.weights (if set).
-  /// Throws Error when the float weights would not fit in half of the host memory.
-  explicit ModelWeights(const ModelSpec& model);
+  /// `shared_layers`: only the representative layers' tensors (weight_source_layer); a
+  /// safetensors file is then refused. Throws Error when the float weights would not fit in
+  /// half of the host memory.
+  explicit ModelWeights(const ModelSpec& model, bool shared_layers = false);
 
   /// The tensor's floats (row-major); throws Error for an unknown name.
   [[nodiscard]] const float* get(const std::string& name) const;

@@ -199,6 +199,7 @@ class ScenarioParser {
     if (root["outputs"]) outputs(root["outputs"], s.outputs);
     if (root["trace"]) trace(root["trace"], s.trace);
     if (root["fathom"]) fathom(root["fathom"], s.fathom);
+    if (root["deployment"]) deployment(root["deployment"], s.deployment);
 
     // Sweepable keys: the scalar first, then the sweep list replaces it.
     for (const auto& rule : axis_rules()) {
@@ -372,6 +373,18 @@ class ScenarioParser {
     if (n["steps"]) t.steps = static_cast<int>(r_.integer(n["steps"], "trace.steps", 1, 1000000));
   }
 
+  void deployment(const YAML::Node& n, DeploymentSpec& d) {
+    if (!n.IsMap())
+      throw Error(r_.where("deployment", n), "expected a mapping",
+                  "write e.g. 'deployment: {share_layer_weights: true, gpu_memory_gib: 141}'");
+    r_.known_keys(n, "deployment", {"share_layer_weights", "gpu_memory_gib"});
+    if (n["share_layer_weights"])
+      d.share_layer_weights =
+          r_.boolean(n["share_layer_weights"], "deployment.share_layer_weights");
+    if (n["gpu_memory_gib"])
+      d.gpu_memory_gib = r_.real(n["gpu_memory_gib"], "deployment.gpu_memory_gib", 0, 1e6);
+  }
+
   void fathom(const YAML::Node& n, FathomSpec& f) {
     if (!n.IsMap())
       throw Error(r_.where("fathom", n), "expected a mapping", "write e.g. 'fathom: {klt: true}'");
@@ -492,6 +505,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
                                 ? at_budget->second
                                 : s.fathom.head_budgets;
     c.workload = s.workload;
+    c.share_layer_weights = s.deployment.share_layer_weights;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
     const bool hot_given = c.hot_buffer != 0;
@@ -697,6 +711,10 @@ nlohmann::json Scenario::to_json() const {
                    {"replay_path", workload.replay_path}};
   j["outputs"] = {{"dir", outputs.dir.string()}, {"formats", outputs.formats}};
   j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
+  // Only when set: results recorded before the key existed compare equal (the gate).
+  if (deployment.share_layer_weights || deployment.gpu_memory_gib > 0)
+    j["deployment"] = {{"share_layer_weights", deployment.share_layer_weights},
+                       {"gpu_memory_gib", deployment.gpu_memory_gib}};
   j["fathom"] = {
       {"klt", fathom.klt},
       {"rule", fathom::plan_rule_name(fathom.rule)},

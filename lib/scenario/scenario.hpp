@@ -56,6 +56,14 @@
 //                               # calibrated_head_budgets for this rule and basis, and its
 //                               # calibrated_head_budgets_by_budget: a point whose budget_bits
 //                               # the study calibrated a split at uses that split) [none]
+//   deployment:                 # a deployment larger than the lent GPU
+//     share_layer_weights: false  # synthetic weights: layer 0's serve every dense layer and the
+//                               # first MoE layer's every MoE layer, so a model whose weights do
+//                               # not fit runs; each layer still reads its full weight bytes.
+//                               # The results say so [false]
+//     gpu_memory_gib: 0         # GPU memory admission plans against (the model's full weight
+//                               # bytes come off it), e.g. 141 for an H200 deployment run on an
+//                               # 80 GB GPU with shared weights; 0 = the device's own [0]
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -103,6 +111,14 @@ struct TraceSpec {
   int steps = 4;
 };
 
+/// What the run stands for when the lent GPU is not the deployment's (`deployment:`).
+struct DeploymentSpec {
+  /// One representative layer's synthetic weights serve every layer (EngineConfig)
+  bool share_layer_weights = false;
+  /// The deployment GPU's memory in GiB that admission plans against; 0: the device's own
+  double gpu_memory_gib = 0;
+};
+
 struct FathomSpec {
   bool klt = false;                                 ///< EngineConfig::fathom_klt
   fathom::PlanRule rule = fathom::PlanRule::paper;  ///< EngineConfig::fathom_rule
@@ -146,6 +162,7 @@ class Scenario {
   OutputSpec outputs;
   TraceSpec trace;
   FathomSpec fathom;
+  DeploymentSpec deployment;
   /// Every sweepable key with its values: one value when not swept.
   std::map<std::string, std::vector<AxisValue>> values;
   /// Names of the keys that are swept (a subset of sweep_axis_names(), in that order).

@@ -151,5 +151,39 @@ TEST(ModelWeights, ExpectedTensorsCoverMlaIndexerAndMoe) {
   EXPECT_TRUE(has("model.layers.2.mlp.shared_experts.up_proj.weight"));
 }
 
+TEST(ModelWeights, SharedLayersHoldOneDenseAndOneMoeLayer) {
+  const ModelSpec m = load_model("tiny-dsa");  // 3 layers, the first dense, two MoE
+  EXPECT_EQ(weight_source_layer(m, 0, true), 0);
+  EXPECT_EQ(weight_source_layer(m, 1, true), 1);
+  EXPECT_EQ(weight_source_layer(m, 2, true), 1);
+  EXPECT_EQ(weight_source_layer(m, 2, true, true), 0);  // the indexer's: layer 0 always has one
+  EXPECT_EQ(weight_source_layer(m, 2, false), 2);
+  EXPECT_EQ(layer_tensor_name(m, 2, "mlp.gate.weight", true), "model.layers.1.mlp.gate.weight");
+  EXPECT_EQ(layer_tensor_name(m, 2, "self_attn.indexer.wk.weight", true),
+            "model.layers.0.self_attn.indexer.wk.weight");
+  EXPECT_EQ(layer_tensor_name(m, 2, "mlp.gate.weight", false), "model.layers.2.mlp.gate.weight");
+  for (const auto& t : expected_tensors(m, true))
+    EXPECT_EQ(t.name.find("model.layers.2."), std::string::npos) << t.name;
+  const ModelWeights shared(m, true), full(m);
+  EXPECT_LT(shared.float_count(), full.float_count());
+  const std::string gate = "model.layers.1.mlp.experts.3.up_proj.weight";
+  EXPECT_EQ(shared.get(gate)[1234], full.get(gate)[1234]);  // values depend on the name only
+  EXPECT_THROW((void)shared.get("model.layers.2.mlp.gate.weight"), Error);
+}
+
+TEST(ModelWeights, SharedLayersRefuseACheckpoint) {
+  ModelSpec m = tiny_with(temp_file("any.safetensors"));
+  try {
+    ModelWeights w(m, true);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "model tiny-gqa: share_layer_weights cannot be used with the weights of " +
+                  m.weights.string() +
+                  "; set deployment.share_layer_weights: false, or drop `weights:` from the "
+                  "model YAML to run shared synthetic weights");
+  }
+}
+
 }  // namespace
 }  // namespace hisparse

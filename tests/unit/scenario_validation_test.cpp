@@ -68,6 +68,27 @@ TEST(ScenarioValidation, FathomRuleReachesEveryPointAndTheResults) {
             "s.yaml:3:16: fathom.rule: unknown value 'mesured'; did you mean 'measured'?");
 }
 
+TEST(ScenarioValidation, DeploymentKeysReachThePointsAndTheResults) {
+  const Scenario s = parse_scenario(
+      "name: a\nmodel: tiny-dsa\ndeployment: {share_layer_weights: true, gpu_memory_gib: 141}\n",
+      "s.yaml");
+  EXPECT_TRUE(s.expand().front().config.share_layer_weights);
+  EXPECT_EQ(s.deployment.gpu_memory_gib, 141.0);
+  EXPECT_EQ(s.to_json()["deployment"]["gpu_memory_gib"], 141.0);
+  const Scenario plain = parse_scenario("name: a\nmodel: tiny-dsa\n", "s.yaml");
+  EXPECT_FALSE(plain.expand().front().config.share_layer_weights);
+  EXPECT_FALSE(plain.to_json().contains("deployment"));  // older results compare equal
+  const Scenario set = parse_scenario("name: a\nmodel: tiny-dsa\n", "s.yaml",
+                                      {"deployment.share_layer_weights=true"});
+  EXPECT_TRUE(set.expand().front().config.share_layer_weights);
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {gpu_memory_gib: -1}\n"),
+            "s.yaml:3:30: deployment.gpu_memory_gib: -1 is out of range; use a value from 0 to "
+            "1000000");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {share_weights: true}\n"),
+            "s.yaml:3:14: deployment.share_weights: unknown key; use one of share_layer_weights, "
+            "gpu_memory_gib");
+}
+
 TEST(ScenarioValidation, FathomCentreKeysReachesEveryPointAndTheResults) {
   const Scenario s = parse_scenario(
       "name: a\nmodel: tiny-gqa\nmode: fathom\nfathom: {centre_keys: true}\n", "s.yaml");

@@ -271,6 +271,12 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const R
   info.device = props;
   info.ceilings = measure_ceilings(device, ceiling_probe_bytes(backend), 3);
   info.budget = memory_budget_of(props);
+  if (s.deployment.gpu_memory_gib > 0) {
+    info.budget.bytes = s.deployment.gpu_memory_gib * 1073741824.0;
+    info.budget.source =
+        fmt::format("deployment.gpu_memory_gib: {:g} GiB (the device, {}, has {})",
+                    s.deployment.gpu_memory_gib, props.name, format_bytes(props.total_memory));
+  }
   info.synthetic_workload = s.workload.generator == "synthetic";
   for (const auto& [name, model] : s.models)
     if (!model.weights.empty()) info.synthetic_weights = false;
