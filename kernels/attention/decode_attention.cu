@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/cuda_check.hpp"
+#include "core/dtypes.hpp"
 #include "core/error.hpp"
 #include "kernels/attention/decode_attention.hpp"
 #include "kernels/common/block_reduce.cuh"
@@ -17,11 +18,21 @@
 namespace hisparse::kernels {
 namespace {
 
+// One element of a float or a bf16 row, as a float.
+__device__ __forceinline__ float element(const float* p, std::ptrdiff_t i) {
+  return p[i];
+}
+__device__ __forceinline__ float element(const std::uint16_t* p, std::ptrdiff_t i) {
+  return bf16_to_float(p[i]);
+}
+
 constexpr int kWarps = 4;
 constexpr int kMaxQkDim = 1024;
 constexpr int kMaxValuesPerLane = 16;  // v_dim <= 512
 
-__global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeAttentionArgs a) {
+template <class Row>
+__global__ void __launch_bounds__(kWarps * 32)
+    decode_attention_kernel(DecodeAttentionArgs a, const Row* k, const Row* v) {
   const int h = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
   const int group = a.q_heads / a.kv_heads, g = h / group;
@@ -53,18 +64,18 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeAtt
       row = idx[i];
       if (row < 0 || row >= a.capacity) continue;
     }
-    const float* key = a.k + (base + row) * k_stride;
+    const Row* key = k + (base + row) * k_stride;
     float dot = 0.0f;
-    for (int c = lane; c < a.qk_dim; c += 32) dot += q[c] * key[c];
+    for (int c = lane; c < a.qk_dim; c += 32) dot += q[c] * element(key, c);
     const float logit = warp_sum(dot) * a.scale;
     const float next = fmaxf(m, logit);
     const float keep = expf(m - next), p = expf(logit - next);
     l = l * keep + p;
-    const float* value = a.v + (base + row) * v_stride;
+    const Row* value = v + (base + row) * v_stride;
 #pragma unroll
     for (int j = 0; j < kMaxValuesPerLane; ++j) {
       const int c = lane + 32 * j;
-      if (c < a.v_dim) acc[j] = acc[j] * keep + p * value[c];
+      if (c < a.v_dim) acc[j] = acc[j] * keep + p * element(value, c);
     }
     m = next;
   }
@@ -95,7 +106,9 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeAtt
 
 constexpr int kMassThreads = 256;
 
-__global__ void __launch_bounds__(kMassThreads) group_mass_kernel(GroupAttentionMassArgs a) {
+template <class Row>
+__global__ void __launch_bounds__(kMassThreads)
+    group_mass_kernel(GroupAttentionMassArgs a, const Row* k) {
   const int g = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
   const int group = a.q_heads / a.kv_heads;
   const std::ptrdiff_t k_stride = a.k_row_stride ? a.k_row_stride : a.qk_dim;
@@ -105,9 +118,9 @@ __global__ void __launch_bounds__(kMassThreads) group_mass_kernel(GroupAttention
   __shared__ float q[kMaxQkDim];
   __shared__ float scratch[32];
   auto logit = [&](std::int64_t t) {
-    const float* key = a.k + (base + t) * k_stride;
+    const Row* key = k + (base + t) * k_stride;
     float dot = 0.0f;
-    for (int c = 0; c < a.qk_dim; ++c) dot += q[c] * key[c];
+    for (int c = 0; c < a.qk_dim; ++c) dot += q[c] * element(key, c);
     return dot * a.scale;
   };
   for (int hh = 0; hh < group; ++hh) {
@@ -142,7 +155,10 @@ void launch_decode_attention(const DecodeAttentionArgs& args, cudaStream_t strea
   if (args.batch <= 0 || args.q_heads <= 0) return;
   const dim3 grid(static_cast<unsigned>(args.q_heads), static_cast<unsigned>(args.batch));
   const std::size_t shared = sizeof(float) * kWarps * static_cast<std::size_t>(args.v_dim);
-  decode_attention_kernel<<<grid, kWarps * 32, shared, stream>>>(args);
+  if (args.k_bf16 != nullptr)
+    decode_attention_kernel<<<grid, kWarps * 32, shared, stream>>>(args, args.k_bf16, args.v_bf16);
+  else
+    decode_attention_kernel<<<grid, kWarps * 32, shared, stream>>>(args, args.k, args.v);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 
@@ -154,7 +170,10 @@ void launch_group_attention_mass(const GroupAttentionMassArgs& args, cudaStream_
                 "use a model with smaller heads");
   if (args.batch <= 0 || args.kv_heads <= 0) return;
   const dim3 grid(static_cast<unsigned>(args.kv_heads), static_cast<unsigned>(args.batch));
-  group_mass_kernel<<<grid, kMassThreads, 0, stream>>>(args);
+  if (args.k_bf16 != nullptr)
+    group_mass_kernel<<<grid, kMassThreads, 0, stream>>>(args, args.k_bf16);
+  else
+    group_mass_kernel<<<grid, kMassThreads, 0, stream>>>(args, args.k);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,6 +11,7 @@
 // Selection: indices == nullptr attends to rows 0 .. seq_lens[b]-1 in order (dense). Otherwise
 // `indices` [batch x index_groups x top_k] lists row numbers, -1 = none (skipped); index_groups is
 // 1 (one selection shared by all heads, DSA) or kv_heads (one per KV head, GQA exact top-k).
+// Rows are floats (k, v) or bf16 (k_bf16, v_bf16: read exactly as their float values).
 // Math: softmax(scale * q.k) over the rows taken in the listed order, fp32, max-subtracted; the
 // output of a head with no row is zero. Deterministic: one sequential pass per head.
 #pragma once
@@ -22,9 +23,12 @@
 namespace hisparse::kernels {
 
 struct DecodeAttentionArgs {
-  const float* q = nullptr;                ///< [batch x q_heads x qk_dim]
-  const float* k = nullptr;                ///< rows, see above
-  const float* v = nullptr;                ///< rows, see above (may alias k)
+  const float* q = nullptr;  ///< [batch x q_heads x qk_dim]
+  const float* k = nullptr;  ///< rows, see above
+  const float* v = nullptr;  ///< rows, see above (may alias k)
+  /// bf16 rows instead of k / v (the engines' storage of bf16 KV layouts); strides in elements
+  const std::uint16_t* k_bf16 = nullptr;
+  const std::uint16_t* v_bf16 = nullptr;
   const std::int32_t* indices = nullptr;   ///< [batch x index_groups x top_k] or nullptr (dense)
   const std::int64_t* seq_lens = nullptr;  ///< [batch], rows valid per request (dense mode)
   float* out = nullptr;                    ///< [batch x q_heads x v_dim]
@@ -48,6 +52,7 @@ struct DecodeAttentionArgs {
 struct GroupAttentionMassArgs {
   const float* q = nullptr;                ///< [batch x q_heads x qk_dim]
   const float* k = nullptr;                ///< rows
+  const std::uint16_t* k_bf16 = nullptr;   ///< bf16 rows instead of k
   const std::int64_t* seq_lens = nullptr;  ///< [batch]
   float* mass = nullptr;                   ///< [batch x kv_heads x capacity]
   int batch = 0;

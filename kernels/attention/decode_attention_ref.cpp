@@ -6,9 +6,20 @@
 #include <limits>
 #include <vector>
 
-namespace hisparse::kernels {
+#include "core/dtypes.hpp"
 
-void decode_attention_ref(const DecodeAttentionArgs& a) {
+namespace hisparse::kernels {
+namespace {
+
+float element(const float* p, std::ptrdiff_t i) {
+  return p[i];
+}
+float element(const std::uint16_t* p, std::ptrdiff_t i) {
+  return bf16_to_float(p[i]);
+}
+
+template <class Row>
+void attention(const DecodeAttentionArgs& a, const Row* k, const Row* v) {
   const std::ptrdiff_t k_stride = a.k_row_stride ? a.k_row_stride : a.qk_dim;
   const std::ptrdiff_t v_stride = a.v_row_stride ? a.v_row_stride : a.v_dim;
   const int group = a.q_heads / a.kv_heads;
@@ -37,9 +48,9 @@ void decode_attention_ref(const DecodeAttentionArgs& a) {
       logits.resize(rows.size());
       float max_logit = -std::numeric_limits<float>::infinity();
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        const float* key = a.k + (base + rows[i]) * k_stride;
+        const Row* key = k + (base + rows[i]) * k_stride;
         float dot = 0.0f;
-        for (int c = 0; c < a.qk_dim; ++c) dot += q[c] * key[c];
+        for (int c = 0; c < a.qk_dim; ++c) dot += q[c] * element(key, c);
         logits[i] = dot * a.scale;
         max_logit = std::max(max_logit, logits[i]);
       }
@@ -47,8 +58,8 @@ void decode_attention_ref(const DecodeAttentionArgs& a) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const float p = std::exp(logits[i] - max_logit);
         denom += p;
-        const float* value = a.v + (base + rows[i]) * v_stride;
-        for (int c = 0; c < a.v_dim; ++c) out[c] += p * value[c];
+        const Row* value = v + (base + rows[i]) * v_stride;
+        for (int c = 0; c < a.v_dim; ++c) out[c] += p * element(value, c);
       }
       const float inv = 1.0f / denom;
       for (int c = 0; c < a.v_dim; ++c) out[c] *= inv;
@@ -56,7 +67,8 @@ void decode_attention_ref(const DecodeAttentionArgs& a) {
   }
 }
 
-void group_attention_mass_ref(const GroupAttentionMassArgs& a) {
+template <class Row>
+void group_mass(const GroupAttentionMassArgs& a, const Row* k) {
   const std::ptrdiff_t k_stride = a.k_row_stride ? a.k_row_stride : a.qk_dim;
   const int group = a.q_heads / a.kv_heads;
   std::vector<float> logits;
@@ -72,9 +84,9 @@ void group_attention_mass_ref(const GroupAttentionMassArgs& a) {
         const float* q = a.q + (static_cast<std::ptrdiff_t>(b) * a.q_heads + h) * a.qk_dim;
         float max_logit = -std::numeric_limits<float>::infinity();
         for (std::int64_t t = 0; t < n; ++t) {
-          const float* key = a.k + (base + t) * k_stride;
+          const Row* key = k + (base + t) * k_stride;
           float dot = 0.0f;
-          for (int c = 0; c < a.qk_dim; ++c) dot += q[c] * key[c];
+          for (int c = 0; c < a.qk_dim; ++c) dot += q[c] * element(key, c);
           logits[static_cast<std::size_t>(t)] = dot * a.scale;
           max_logit = std::max(max_logit, logits[static_cast<std::size_t>(t)]);
         }
@@ -84,6 +96,22 @@ void group_attention_mass_ref(const GroupAttentionMassArgs& a) {
       }
     }
   }
+}
+
+}  // namespace
+
+void decode_attention_ref(const DecodeAttentionArgs& a) {
+  if (a.k_bf16 != nullptr)
+    attention(a, a.k_bf16, a.v_bf16);
+  else
+    attention(a, a.k, a.v);
+}
+
+void group_attention_mass_ref(const GroupAttentionMassArgs& a) {
+  if (a.k_bf16 != nullptr)
+    group_mass(a, a.k_bf16);
+  else
+    group_mass(a, a.k);
 }
 
 }  // namespace hisparse::kernels

@@ -5,6 +5,7 @@
 #include <cfloat>
 
 #include "core/cuda_check.hpp"
+#include "core/dtypes.hpp"
 #include "kernels/common/block_reduce.cuh"
 #include "kernels/decode/decode_ops.hpp"
 
@@ -116,6 +117,18 @@ __global__ void add_bias_kernel(AddBiasArgs a) {
   }
 }
 
+__global__ void store_bf16_rows_kernel(StoreBf16RowsArgs a) {
+  const int src_stride = a.src_stride ? a.src_stride : a.width;
+  const std::int64_t dst_stride = a.dst_stride ? a.dst_stride : a.width;
+  HISPARSE_GRID_STRIDE(i, static_cast<std::int64_t>(a.rows) * a.width) {
+    const std::int64_t r = i / a.width, c = i % a.width;
+    float& v = a.src[r * src_stride + c];
+    const std::uint16_t h = float_to_bf16(v);
+    v = bf16_to_float(h);
+    a.dst[r * dst_stride + c] = h;
+  }
+}
+
 __global__ void indexer_head_weights_kernel(IndexerHeadWeightsArgs a) {
   HISPARSE_GRID_STRIDE(i, static_cast<std::int64_t>(a.rows) * a.heads) {
     a.w[i] = (1.0f + a.share * tanhf(a.w[i])) / static_cast<float>(a.heads);
@@ -203,6 +216,12 @@ void launch_add_bias(const AddBiasArgs& a, cudaStream_t s) {
 void launch_indexer_head_weights(const IndexerHeadWeightsArgs& a, cudaStream_t s) {
   indexer_head_weights_kernel<<<blocks_for(static_cast<std::int64_t>(a.rows) * a.heads), kThreads,
                                 0, s>>>(a);
+  HISPARSE_CUDA_CHECK_LAUNCH();
+}
+void launch_store_bf16_rows(const StoreBf16RowsArgs& a, cudaStream_t s) {
+  if (a.rows <= 0 || a.width <= 0) return;
+  store_bf16_rows_kernel<<<blocks_for(static_cast<std::int64_t>(a.rows) * a.width), kThreads, 0,
+                           s>>>(a);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 void launch_argmax(const ArgmaxArgs& a, cudaStream_t s) {

@@ -111,6 +111,17 @@ struct SlotsFromPhysicalArgs {
   int hot = 0;
 };
 
+/// New KV rows into a bf16 cache: src[r][c] rounded to bf16 in place (so later readers of src see
+/// what the cache holds) and written to dst[r * dst_stride + c].
+struct StoreBf16RowsArgs {
+  float* src = nullptr;          ///< [rows x width], row stride src_stride
+  std::uint16_t* dst = nullptr;  ///< bf16 rows
+  int rows = 0;
+  int width = 0;
+  int src_stride = 0;           ///< 0: width
+  std::int64_t dst_stride = 0;  ///< elements between dst rows (0: width)
+};
+
 #if HISPARSE_WITH_CUDA
 void launch_gather_rows(const GatherRowsArgs& args, cudaStream_t stream);
 void launch_blend_queries(const BlendQueriesArgs& args, cudaStream_t stream);
@@ -122,6 +133,7 @@ void launch_add_bias(const AddBiasArgs& args, cudaStream_t stream);
 void launch_indexer_head_weights(const IndexerHeadWeightsArgs& args, cudaStream_t stream);
 void launch_argmax(const ArgmaxArgs& args, cudaStream_t stream);
 void launch_slots_from_physical(const SlotsFromPhysicalArgs& args, cudaStream_t stream);
+void launch_store_bf16_rows(const StoreBf16RowsArgs& args, cudaStream_t stream);
 #endif
 void gather_rows_ref(const GatherRowsArgs& args);
 void blend_queries_ref(const BlendQueriesArgs& args);
@@ -133,5 +145,6 @@ void add_bias_ref(const AddBiasArgs& args);
 void indexer_head_weights_ref(const IndexerHeadWeightsArgs& args);
 void argmax_ref(const ArgmaxArgs& args);
 void slots_from_physical_ref(const SlotsFromPhysicalArgs& args);
+void store_bf16_rows_ref(const StoreBf16RowsArgs& args);
 
 }  // namespace hisparse::kernels

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/dtypes.hpp"
 #include "kernels/decode/decode_ops.hpp"
 
 namespace hisparse::kernels {
@@ -87,6 +88,18 @@ void scale_rows_ref(const ScaleRowsArgs& a) {
 void add_bias_ref(const AddBiasArgs& a) {
   for (int r = 0; r < a.rows; ++r)
     for (int c = 0; c < a.width; ++c) a.x[zu(r) * zu(a.width) + zu(c)] += a.bias[c];
+}
+
+void store_bf16_rows_ref(const StoreBf16RowsArgs& a) {
+  const int src_stride = a.src_stride ? a.src_stride : a.width;
+  const std::int64_t dst_stride = a.dst_stride ? a.dst_stride : a.width;
+  for (int r = 0; r < a.rows; ++r)
+    for (int c = 0; c < a.width; ++c) {
+      float& v = a.src[zu(r) * zu(src_stride) + zu(c)];
+      const std::uint16_t h = float_to_bf16(v);
+      v = bf16_to_float(h);
+      a.dst[zu(r) * zu(dst_stride) + zu(c)] = h;
+    }
 }
 
 void indexer_head_weights_ref(const IndexerHeadWeightsArgs& a) {

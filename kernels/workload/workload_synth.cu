@@ -15,7 +15,7 @@ __global__ void synth_rows_kernel(SynthRowsArgs a, int out_dim, std::int64_t row
     const std::int64_t rest = e % per_stream;
     const std::int64_t i = rest / out_dim;
     const int c = static_cast<int>(rest % out_dim);
-    a.out[s * a.stream_stride + i * row_stride + c] = synth_row_value(a, s, a.first + i, c);
+    synth_row_store(a, s, i, c, row_stride);
   }
 }
 

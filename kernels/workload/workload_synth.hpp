@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/config.hpp"
+#include "core/dtypes.hpp"
 #include "core/rng.hpp"
 #include "core/stream.hpp"
 
@@ -68,13 +69,14 @@ struct SynthRowsArgs {
   const std::int32_t* channels = nullptr;  ///< [out_dim] channels picked (index keys), or null
   KeyBoost boost;
   float* out = nullptr;
+  std::uint16_t* out_bf16 = nullptr;  ///< instead of out: each value rounded to bf16 (the caches)
   int streams = 0;
   int dim = 0;      ///< generator dimension (key_dim or value_dim)
   int out_dim = 0;  ///< channels written per row (0: dim)
   std::int64_t first = 0;
   std::int64_t count = 0;
-  std::int64_t stream_stride = 0;  ///< floats between streams
-  std::int64_t row_stride = 0;     ///< floats between tokens (0: out_dim)
+  std::int64_t stream_stride = 0;  ///< elements between streams
+  std::int64_t row_stride = 0;     ///< elements between tokens (0: out_dim)
 };
 
 /// One step of the query random walk of `requests` requests on one layer, then the queries:
@@ -116,6 +118,17 @@ void synth_queries_ref(const SynthQueriesArgs& args);
 void gather_index_queries_ref(const GatherIndexQueriesArgs& args);
 
 /// One element of each: the per-thread bodies the CPU twins and the kernels share.
+HISPARSE_HD float synth_row_value(const SynthRowsArgs& a, int s, std::int64_t t, int c);
+/// Writes element (s, t - first, c) of the rows into out or out_bf16.
+HISPARSE_HD void synth_row_store(const SynthRowsArgs& a, int s, std::int64_t i, int c,
+                                 std::int64_t row_stride) {
+  const float v = synth_row_value(a, s, a.first + i, c);
+  const std::int64_t at = s * a.stream_stride + i * row_stride + c;
+  if (a.out_bf16)
+    a.out_bf16[at] = float_to_bf16(v);
+  else
+    a.out[at] = v;
+}
 HISPARSE_HD float synth_row_value(const SynthRowsArgs& a, int s, std::int64_t t, int c) {
   const int j = a.channels ? a.channels[c] : c;
   if (!a.scale) return random_normal(a.seeds[s], static_cast<std::uint64_t>(t) * a.dim + j);

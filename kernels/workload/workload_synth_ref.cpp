@@ -7,8 +7,7 @@ void synth_rows_ref(const SynthRowsArgs& a) {
   const std::int64_t row_stride = a.row_stride > 0 ? a.row_stride : out_dim;
   for (int s = 0; s < a.streams; ++s)
     for (std::int64_t i = 0; i < a.count; ++i)
-      for (int c = 0; c < out_dim; ++c)
-        a.out[s * a.stream_stride + i * row_stride + c] = synth_row_value(a, s, a.first + i, c);
+      for (int c = 0; c < out_dim; ++c) synth_row_store(a, s, i, c, row_stride);
 }
 
 void synth_queries_ref(const SynthQueriesArgs& a) {

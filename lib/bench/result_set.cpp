@@ -112,7 +112,10 @@ nlohmann::json run_metadata(const RunInfo& info) {
       {"backend", std::string(name_of(info.device.backend))},
       {"device", to_json(info.device)},
       {"ceilings", info.ceilings},
-      {"memory_budget", {{"bytes", info.budget.bytes}, {"source", info.budget.source}}},
+      {"memory_budget",
+       {{"bytes", info.budget.bytes},
+        {"host_bytes", info.budget.host_bytes},
+        {"source", info.budget.source}}},
       {"synthetic", {{"weights", info.synthetic_weights}, {"workload", info.synthetic_workload}}}};
 }
 

@@ -21,6 +21,10 @@ namespace hisparse {
 MemoryBudget memory_budget_of(const DeviceProperties& device) {
   MemoryBudget b;
   b.bytes = static_cast<double>(device.total_memory);
+  // On a GPU the host pool is pinned host memory: admission leaves a quarter of the RAM to the
+  // process, the weights it synthesises and the system.
+  if (device.backend == Backend::cuda)
+    b.host_bytes = 0.75 * static_cast<double>(Device::cpu().properties().total_memory);
   b.source =
       device.backend == Backend::cuda
           ? fmt::format("device memory of {} ({})", device.name, format_bytes(device.total_memory))

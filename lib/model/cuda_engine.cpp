@@ -159,9 +159,19 @@ class CudaDecodeEngine final : public EngineImpl {
   void fill_context();
   /// The workload's tables in device memory (synthetic workloads).
   void upload_workload_tables();
-  /// Keys (and values) of layer l's context into k_cache_ / v_cache_, and its index keys.
-  void synthesise_context(int l);
-  void read_context(int l);
+  /// Keys (and values) of layer l's context into k / v (bf16, the layout of k_cache_), and its
+  /// index keys.
+  void synthesise_context(int l, std::uint16_t* k, std::uint16_t* v);
+  void read_context(int l, std::uint16_t* k, std::uint16_t* v);
+  /// Whether layer l keeps its context's keys (values) on the GPU: always outside the hisparse
+  /// modes; in them the layers whose quality is sampled (their dense twin reads them) and, for
+  /// the exact top-k of GQA models, every layer's keys (what CapacityModel plans).
+  [[nodiscard]] bool keys_on_gpu(int l) const {
+    return !hot_rows_ || samples_quality(l) || (sparse_ && !model_.is_mla());
+  }
+  [[nodiscard]] bool values_on_gpu(int l) const {
+    return !model_.is_mla() && (!hot_rows_ || samples_quality(l));
+  }
   void linear(const float* x, const float* wt, float* y, int m, int n, int k, float beta = 0.0f,
               int ldy = 0, int ldx = 0) const;
   void rmsnorm(const float* x, const float* weight, float* y, int rows, int n, int ld = 0) const;
@@ -186,15 +196,17 @@ class CudaDecodeEngine final : public EngineImpl {
   std::int64_t capacity_ = 0;  ///< rows per (request, KV head): context + max_decode_steps
   std::int64_t step_ = 0;
   std::map<std::string, Buffer<float>, std::less<>> weights_;
-  std::vector<Buffer<float>> k_cache_, v_cache_;  ///< per layer [batch][kv_heads][capacity][dim]
+  /// per layer [batch][kv_heads][capacity][dim], bf16 (empty where !rows_on_gpu)
+  std::vector<Buffer<std::uint16_t>> k_cache_, v_cache_;
   std::vector<Buffer<std::uint8_t>> index_keys_;  ///< per indexer layer [batch][capacity][dim]
   std::vector<Buffer<float>> index_scales_;       ///< per indexer layer [batch][capacity]
   std::unique_ptr<HotRowCache> hot_rows_;
   std::unique_ptr<FathomKeyIndex> fathom_index_;
   // Activations and step state.
   Buffer<float> x_, h_, q_, k_, v_, q_a_, kv_, q_model_, lat_, o_, mass_, scores_, gate_up_, act_,
-      logits_, router_logits_, route_weights_, ix_q_, ix_k_, ix_w_, workload_q_, kv_rows_;
+      logits_, router_logits_, route_weights_, ix_q_, ix_k_, ix_w_, workload_q_;
   Buffer<float> ix_workload_q_;
+  Buffer<std::uint16_t> new_rows_;  ///< the step's new KV rows as the hot rows hold them (bf16)
   Buffer<std::int32_t> tokens_, indices_, slots_;
   // The synthetic workload on the GPU: D and a per (layer, KV head), key / value seeds per
   // (layer, KV head, request), query seeds per (layer, request), index channels per layer, and
@@ -249,7 +261,6 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
     k_ = gpu<float>(std::int64_t{B} * kv_heads_ * model.gqa.head_dim, "new keys");
     v_ = gpu<float>(std::int64_t{B} * kv_heads_ * model.gqa.head_dim, "new values");
     mass_ = gpu<float>(std::int64_t{B} * kv_heads_ * capacity_, "exact top-k scores");
-    kv_rows_ = gpu<float>(std::int64_t{B} * kv_heads_ * 2 * model.gqa.head_dim, "new KV rows");
   }
   if (model.has_indexer()) {
     const IndexerShape& ix = model.indexer;
@@ -290,6 +301,8 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
   }
   attention_floats_.assign(zu(model.layers), 0);
   query_floats_.assign(zu(model.layers), 0);
+  new_rows_ = gpu<std::uint16_t>(std::int64_t{B} * kv_heads_ * (key_dim_ + (mla ? 0 : value_dim_)),
+                                 "new KV rows (bf16)");
   fill_context();
   // Selections: [streams][width] (fathom) or [batch][groups][top_k].
   const std::int64_t selection = std::int64_t{streams_} * std::max(width_, 1);
@@ -357,7 +370,7 @@ void CudaDecodeEngine::upload_workload_tables() {
 
 // The context of every request on the GPU, the values KvWorkload gives: keys (and GQA values)
 // straight into the layer's cache, DSA index keys through a float scratch into fp8.
-void CudaDecodeEngine::synthesise_context(int l) {
+void CudaDecodeEngine::synthesise_context(int l, std::uint16_t* k, std::uint16_t* v) {
   const int G = kv_heads_, B = batch_, D = key_dim_;
   const std::int64_t table = std::int64_t{l} * G;
   for (int g = 0; g < G; ++g) {
@@ -366,7 +379,7 @@ void CudaDecodeEngine::synthesise_context(int l) {
     a.scale = wl_scale_.device_data() + (table + g) * D;
     a.anchor = wl_anchor_.device_data() + (table + g) * D;
     a.boost = workload_.key_boost_params(l, g);
-    a.out = k_cache_[zu(l)].device_data() + std::int64_t{g} * capacity_ * D;
+    a.out_bf16 = k + std::int64_t{g} * capacity_ * D;
     a.streams = B;
     a.dim = D;
     a.count = seq_len_;
@@ -376,7 +389,7 @@ void CudaDecodeEngine::synthesise_context(int l) {
     a.seeds = wl_value_seeds_.device_data() + (table + g) * B;
     a.scale = a.anchor = nullptr;
     a.dim = value_dim_;
-    a.out = v_cache_[zu(l)].device_data() + std::int64_t{g} * capacity_ * value_dim_;
+    a.out_bf16 = v + std::int64_t{g} * capacity_ * value_dim_;
     a.stream_stride = std::int64_t{G} * capacity_ * value_dim_;
     kernels::launch_synth_rows(a, s());
   }
@@ -412,7 +425,7 @@ void CudaDecodeEngine::synthesise_context(int l) {
 }
 
 // A replayed capture's context, read on the host by the workload as the CPU engine reads it.
-void CudaDecodeEngine::read_context(int l) {
+void CudaDecodeEngine::read_context(int l, std::uint16_t* k, std::uint16_t* v) {
   const bool mla = model_.is_mla();
   const size_t groups = zu(batch_) * zu(kv_heads_), n = zu(seq_len_);
   std::vector<float> keys(groups * n * zu(key_dim_)), values(mla ? 0 : groups * n * zu(value_dim_));
@@ -421,13 +434,15 @@ void CudaDecodeEngine::read_context(int l) {
     workload_.keys(b, l, kh, 0, seq_len_, keys.data() + g * n * zu(key_dim_));
     if (!mla) workload_.values(b, l, kh, 0, seq_len_, values.data() + g * n * zu(value_dim_));
   }
-  auto put = [&](const std::vector<float>& src, int dim, Buffer<float>& dst) {
-    HISPARSE_CUDA_CHECK(cudaMemcpy2D(dst.device_data(), zu(capacity_) * zu(dim) * sizeof(float),
-                                     src.data(), n * zu(dim) * sizeof(float),
-                                     n * zu(dim) * sizeof(float), groups, cudaMemcpyHostToDevice));
+  auto put = [&](const std::vector<float>& src, int dim, std::uint16_t* dst) {
+    std::vector<std::uint16_t> rows(src.size());
+    std::transform(src.begin(), src.end(), rows.begin(), float_to_bf16);
+    const size_t bytes = n * zu(dim) * sizeof(std::uint16_t);
+    HISPARSE_CUDA_CHECK(cudaMemcpy2D(dst, zu(capacity_) * zu(dim) * sizeof(std::uint16_t),
+                                     rows.data(), bytes, bytes, groups, cudaMemcpyHostToDevice));
   };
-  put(keys, key_dim_, k_cache_[zu(l)]);
-  if (!mla) put(values, value_dim_, v_cache_[zu(l)]);
+  put(keys, key_dim_, k);
+  if (!mla) put(values, value_dim_, v);
   const int ix_dim = workload_.index_dim();
   if (ix_dim == 0 || indexer_layer(l) != l) return;
   std::vector<float> ik(n * zu(ix_dim));
@@ -446,29 +461,45 @@ void CudaDecodeEngine::read_context(int l) {
              Backend::cuda);
 }
 
-// Every layer's context into the GPU caches (made there, or a capture's copied up), then from
-// them into the host pool and the plane stores of the offloading modes.
+// Every layer's context made on the GPU (or a capture's copied up) as bf16 rows: into the layer's
+// cache where it stays on the GPU, else into a one-layer scratch; from there into the host pool
+// and the plane stores of the offloading modes.
 void CudaDecodeEngine::fill_context() {
   HISPARSE_FUNC_RANGE();
   const bool mla = model_.is_mla();
   const int ix_dim = workload_.index_dim();
   const size_t groups = zu(batch_) * zu(kv_heads_);
+  const std::int64_t k_elems = static_cast<std::int64_t>(groups) * capacity_ * key_dim_;
+  const std::int64_t v_elems = mla ? 0 : static_cast<std::int64_t>(groups) * capacity_ * value_dim_;
   gpu_workload_ = !workload_.replay();
   if (gpu_workload_) upload_workload_tables();
   if (fathom_) {
     fathom_index_ = make_fathom_index(capacity_, Backend::cuda);
     width_ = fathom_index_->width();
   }
-  hot_rows_ = make_hot_rows(capacity_, Backend::cuda);
+  hot_rows_ = make_hot_rows(capacity_, Backend::cuda, sizeof(std::uint16_t));
+  auto zeroed = [](std::int64_t n, const char* label) {
+    auto buf = gpu<std::uint16_t>(n, label);
+    HISPARSE_CUDA_CHECK(cudaMemset(buf.device_data(), 0, buf.size() * sizeof(std::uint16_t)));
+    return buf;
+  };
+  Buffer<std::uint16_t> scratch_k, scratch_v;  // layers whose rows live in the host pool only
   std::vector<float> keys_host;
+  std::vector<std::uint16_t> keys_bf16;
   for (int l = 0; l < model_.layers; ++l) {
-    auto cache = [&](int dim, const char* label) {
-      auto buf = gpu<float>(static_cast<std::int64_t>(groups) * capacity_ * dim, label);
-      HISPARSE_CUDA_CHECK(cudaMemset(buf.device_data(), 0, buf.size() * sizeof(float)));
-      return buf;
+    // One layer's keys or values, in its cache or in the scratch shared by the layers without.
+    auto layer_rows = [&](bool on_gpu, std::int64_t n, std::vector<Buffer<std::uint16_t>>& cache,
+                          Buffer<std::uint16_t>& scratch, const char* label) {
+      cache.push_back(on_gpu ? zeroed(n, label) : Buffer<std::uint16_t>{});
+      if (on_gpu) return cache.back().device_data();
+      if (scratch.size() == 0) scratch = zeroed(n, "context rows (one layer, to the host pool)");
+      return scratch.device_data();
     };
-    k_cache_.push_back(cache(key_dim_, "KV cache (keys)"));
-    if (!mla) v_cache_.push_back(cache(value_dim_, "KV cache (values)"));
+    std::uint16_t* k = layer_rows(keys_on_gpu(l), k_elems, k_cache_, scratch_k, "KV cache (keys)");
+    std::uint16_t* v =
+        mla ? nullptr
+            : layer_rows(values_on_gpu(l), v_elems, v_cache_, scratch_v, "KV cache (values)");
+    if (mla) v_cache_.emplace_back();
     if (ix_dim > 0 && indexer_layer(l) == l) {
       const std::int64_t rows = std::int64_t{batch_} * capacity_;
       auto codes = Buffer<std::uint8_t>::device(zu(rows * ix_dim), Backend::cuda, "index keys");
@@ -482,27 +513,29 @@ void CudaDecodeEngine::fill_context() {
       index_scales_.emplace_back();
     }
     if (gpu_workload_)
-      synthesise_context(l);
+      synthesise_context(l, k, v);
     else
-      read_context(l);
+      read_context(l, k, v);
     stream_.synchronize();  // the copies below run on the default stream
-    const size_t key_row = zu(key_dim_) * sizeof(float), value_row = zu(value_dim_) * sizeof(float);
+    const size_t key_row = zu(key_dim_) * sizeof(std::uint16_t);
+    const size_t value_row = zu(value_dim_) * sizeof(std::uint16_t);
     if (fathom_index_) {
-      keys_host.resize(groups * zu(capacity_) * zu(key_dim_));
-      copy_bytes(keys_host.data(), k_cache_[zu(l)].device_data(), keys_host.size() * sizeof(float),
-                 Backend::cuda);
+      keys_bf16.resize(static_cast<size_t>(k_elems));
+      keys_host.resize(keys_bf16.size());
+      copy_bytes(keys_bf16.data(), k, keys_bf16.size() * sizeof(std::uint16_t), Backend::cuda);
+      std::transform(keys_bf16.begin(), keys_bf16.end(), keys_host.begin(), bf16_to_float);
       fathom_index_->load_context(l, keys_host.data(), capacity_ * key_dim_, seq_len_);
     }
     if (!hot_rows_ || seq_len_ == 0) continue;
     const size_t pitch = hot_rows_->pool_row_stride();
     for (int st = 0; st < streams_; ++st) {
-      float* row = hot_rows_->pool_row(st, l, 0);
-      const float* k = k_cache_[zu(l)].device_data() + zu(st) * zu(capacity_) * zu(key_dim_);
+      std::uint8_t* row = hot_rows_->pool_row_bytes(st, l, 0);
+      const std::uint16_t* ks = k + zu(st) * zu(capacity_) * zu(key_dim_);
       HISPARSE_CUDA_CHECK(
-          cudaMemcpy2D(row, pitch, k, key_row, key_row, zu(seq_len_), cudaMemcpyDeviceToHost));
+          cudaMemcpy2D(row, pitch, ks, key_row, key_row, zu(seq_len_), cudaMemcpyDeviceToHost));
       if (mla) continue;
-      const float* v = v_cache_[zu(l)].device_data() + zu(st) * zu(capacity_) * zu(value_dim_);
-      HISPARSE_CUDA_CHECK(cudaMemcpy2D(row + key_dim_, pitch, v, value_row, value_row, zu(seq_len_),
+      const std::uint16_t* vs = v + zu(st) * zu(capacity_) * zu(value_dim_);
+      HISPARSE_CUDA_CHECK(cudaMemcpy2D(row + key_row, pitch, vs, value_row, value_row, zu(seq_len_),
                                        cudaMemcpyDeviceToHost));  // [K | V] rows
     }
   }
@@ -742,19 +775,24 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
   {
     HISPARSE_RANGE("append", Phase::append);
     GpuPhaseClock::Scope t(clock_, "append");
-    const size_t row = zu(hd) * sizeof(float), pitch = zu(capacity_) * row;
-    HISPARSE_CUDA_CHECK(cudaMemcpy2DAsync(k_cache_[zu(l)].device_data() + zu(pos) * zu(hd), pitch,
-                                          k_.device_data(), row, row, zu(batch_) * zu(kvh),
-                                          cudaMemcpyDeviceToDevice, s()));
-    HISPARSE_CUDA_CHECK(cudaMemcpy2DAsync(v_cache_[zu(l)].device_data() + zu(pos) * zu(hd), pitch,
-                                          v_.device_data(), row, row, zu(batch_) * zu(kvh),
-                                          cudaMemcpyDeviceToDevice, s()));
+    // k_ and v_ are rounded to bf16 in place by the first store: what every reader sees.
+    auto store = [&](float* src, std::uint16_t* dst, std::int64_t dst_stride) {
+      kernels::StoreBf16RowsArgs st;
+      st.src = src;
+      st.dst = dst;
+      st.rows = batch_ * kvh;
+      st.width = hd;
+      st.dst_stride = dst_stride;
+      kernels::launch_store_bf16_rows(st, s());
+    };
+    if (keys_on_gpu(l))
+      store(k_.device_data(), k_cache_[zu(l)].device_data() + zu(pos) * zu(hd), capacity_ * hd);
+    if (values_on_gpu(l))
+      store(v_.device_data(), v_cache_[zu(l)].device_data() + zu(pos) * zu(hd), capacity_ * hd);
     if (hot_rows_) {  // [K | V] rows of every stream, then into the pool and the newest slot
-      HISPARSE_CUDA_CHECK(cudaMemcpy2DAsync(kv_rows_.device_data(), 2 * row, k_.device_data(), row,
-                                            row, zu(streams_), cudaMemcpyDeviceToDevice, s()));
-      HISPARSE_CUDA_CHECK(cudaMemcpy2DAsync(kv_rows_.device_data() + hd, 2 * row, v_.device_data(),
-                                            row, row, zu(streams_), cudaMemcpyDeviceToDevice, s()));
-      hot_rows_->append_device(l, pos + 1, kv_rows_.device_data(), stream_);
+      store(k_.device_data(), new_rows_.device_data(), 2 * hd);
+      store(v_.device_data(), new_rows_.device_data() + hd, 2 * hd);
+      hot_rows_->append_device(l, pos + 1, new_rows_.device_data(), stream_);
     }
     if (fathom_index_) {
       fathom_k_host_.resize(zu(streams_) * zu(hd));
@@ -767,8 +805,8 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
   }
   kernels::DecodeAttentionArgs a;
   a.q = q;
-  a.k = k_cache_[zu(l)].device_data();
-  a.v = v_cache_[zu(l)].device_data();
+  a.k_bf16 = k_cache_[zu(l)].device_data();  // replaced by the hot rows in the hisparse modes
+  a.v_bf16 = v_cache_[zu(l)].device_data();
   a.seq_lens = lens_.device_data();
   a.batch = batch_;
   a.q_heads = qh;
@@ -783,7 +821,7 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
       GpuPhaseClock::Scope t(clock_, "indexer");
       kernels::GroupAttentionMassArgs m;
       m.q = q;
-      m.k = a.k;
+      m.k_bf16 = a.k_bf16;
       m.seq_lens = lens_.device_data();
       m.mass = mass_.device_data();
       m.batch = batch_;
@@ -904,17 +942,28 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   {
     HISPARSE_RANGE("append", Phase::append);
     GpuPhaseClock::Scope t(clock_, "append");
-    const size_t bytes = zu(row) * sizeof(float);
-    HISPARSE_CUDA_CHECK(cudaMemcpy2DAsync(k_cache_[zu(l)].device_data() + zu(pos) * zu(row),
-                                          zu(capacity_) * bytes, kv_.device_data(), bytes, bytes,
-                                          zu(batch_), cudaMemcpyDeviceToDevice, s()));
-    if (hot_rows_) hot_rows_->append_device(l, pos + 1, kv_.device_data(), stream_);
+    // kv_ is rounded to bf16 in place by the first store: what every reader sees.
+    kernels::StoreBf16RowsArgs st;
+    st.src = kv_.device_data();
+    st.rows = batch_;
+    st.width = row;
+    if (keys_on_gpu(l)) {
+      st.dst = k_cache_[zu(l)].device_data() + zu(pos) * zu(row);
+      st.dst_stride = capacity_ * row;
+      kernels::launch_store_bf16_rows(st, s());
+    }
+    if (hot_rows_) {
+      st.dst = new_rows_.device_data();
+      st.dst_stride = row;
+      kernels::launch_store_bf16_rows(st, s());
+      hot_rows_->append_device(l, pos + 1, new_rows_.device_data(), stream_);
+    }
   }
   if (model_.has_indexer() && indexer_layer(l) == l) select_dsa(l, stats);
   kernels::DecodeAttentionArgs a;
   a.q = q_abs;
-  a.k = k_cache_[zu(l)].device_data();
-  a.v = a.k;
+  a.k_bf16 = k_cache_[zu(l)].device_data();  // replaced by the hot rows in the hisparse modes
+  a.v_bf16 = a.k_bf16;
   a.seq_lens = lens_.device_data();
   a.out = attention_out_[zu(l)].device_data();
   a.batch = batch_;
@@ -1043,13 +1092,13 @@ void CudaDecodeEngine::place_hot(int l, kernels::DecodeAttentionArgs& a, StepSta
   stats.hits += st.hits;
   stats.misses += st.misses;
   stats.bytes_h2d += st.misses * static_cast<std::int64_t>(deployed_row_bytes_);
-  const float* rows = hot_rows_->layer_rows(l);
-  a.k = rows;
-  a.v = model_.is_mla() ? rows : rows + key_dim_;
+  const auto* rows = reinterpret_cast<const std::uint16_t*>(hot_rows_->layer_rows_bytes(l));
+  a.k_bf16 = rows;
+  a.v_bf16 = model_.is_mla() ? rows : rows + key_dim_;
   a.kv_heads = model_.is_mla() ? 1 : kv_heads_;
   a.capacity = hot_slots_ + 1;
-  a.k_row_stride = hot_rows_->shape().row_floats;
-  a.v_row_stride = hot_rows_->shape().row_floats;
+  a.k_row_stride = hot_rows_->shape().row_elements;
+  a.v_row_stride = hot_rows_->shape().row_elements;
   a.indices = slots_.device_data();
 }
 
@@ -1061,10 +1110,11 @@ void CudaDecodeEngine::measure_quality(int l, const kernels::DecodeAttentionArgs
   if (!samples_quality(l)) return;
   stream_.synchronize();  // the step's work so far counts in the step, not in quality_ms
   const auto t0 = Clock::now();
-  const float* k = k_cache_[zu(l)].device_data();
+  const std::uint16_t* k = k_cache_[zu(l)].device_data();
   kernels::DecodeAttentionArgs d =
-      dense_twin(sparse, k, model_.is_mla() ? k : v_cache_[zu(l)].device_data(), capacity_,
-                 lens_.device_data());
+      dense_twin(sparse, nullptr, nullptr, capacity_, lens_.device_data());
+  d.k_bf16 = k;
+  d.v_bf16 = model_.is_mla() ? k : v_cache_[zu(l)].device_data();
   const size_t out_floats = zu(batch_) * zu(d.q_heads) * zu(d.v_dim);
   auto dense_dev = Buffer<float>::device(out_floats, Backend::cuda, "quality: dense attention");
   d.out = dense_dev.device_data();
@@ -1078,10 +1128,13 @@ void CudaDecodeEngine::measure_quality(int l, const kernels::DecodeAttentionArgs
   copy_bytes(dense.data(), d.out, out_floats * sizeof(float), Backend::cuda);
   copy_bytes(sparse_out.data(), sparse.out, out_floats * sizeof(float), Backend::cuda);
   copy_bytes(q.data(), sparse.q, q.size() * sizeof(float), Backend::cuda);
-  copy_bytes(keys.data(), k, keys.size() * sizeof(float), Backend::cuda);
+  std::vector<std::uint16_t> keys_bf16(keys.size());
+  copy_bytes(keys_bf16.data(), k, keys_bf16.size() * sizeof(std::uint16_t), Backend::cuda);
+  std::transform(keys_bf16.begin(), keys_bf16.end(), keys.begin(), bf16_to_float);
   copy_bytes(selected.data(), indices_.device_data(), selected.size() * sizeof(std::int32_t),
              Backend::cuda);
   d.k = keys.data();
+  d.k_bf16 = d.v_bf16 = nullptr;
   add_quality_sample(d, q.data(), keys.data(), selected.data(), groups, sparse_out.data(),
                      dense.data());
   stats.quality_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -235,7 +235,7 @@ void CpuDecodeEngine::place_hot(int l, int kv_heads, std::int64_t seq_len,
   // Deployment bytes: a miss fetches one stream's row in the model's KV layout.
   stats.bytes_h2d += s.misses * static_cast<std::int64_t>(deployed_row_bytes_);
   const float* rows = hot_rows_->layer_rows(l);
-  const int row_floats = hot_rows_->shape().row_floats;
+  const int row_floats = hot_rows_->shape().row_elements;
   a.k = rows;
   a.v = model_.is_mla() ? rows : rows + key_dim_;
   a.kv_heads = kv_heads;
@@ -274,7 +274,7 @@ void CpuDecodeEngine::fill_context() {
           workload_.values(b, l, g, 0, seq_len_,
                            v_cache_[zu(l)].host_data() + zu(base) * zu(value_dim_));
       }
-      if (ix_dim > 0 && indexer_layer(l) == l) {
+      if (ix_dim > 0 && indexer_layer(l) == l) {  // index keys: fp8 from the float keys
         std::vector<float> keys(zu(seq_len_) * zu(ix_dim));
         workload_.index_keys(b, l, 0, seq_len_, keys.data());
         for (std::int64_t t = 0; t < seq_len_; ++t) {
@@ -285,6 +285,9 @@ void CpuDecodeEngine::fill_context() {
         }
       }
     }
+    detail::round_to_kv_storage(k_cache_[zu(l)].host_data(), k_cache_[zu(l)].size());
+    if (!model_.is_mla())
+      detail::round_to_kv_storage(v_cache_[zu(l)].host_data(), v_cache_[zu(l)].size());
   }
 }
 
@@ -424,6 +427,8 @@ void CpuDecodeEngine::attention_gqa(int l, const float* h, float* x, StepStats& 
   {
     HISPARSE_RANGE("append", Phase::append);
     PhaseTimer t(stats, "append");
+    detail::round_to_kv_storage(k.data(), k.size());  // the new row as the cache holds it
+    detail::round_to_kv_storage(v.data(), v.size());
     for (int b = 0; b < batch_; ++b)
       for (int g = 0; g < kvh; ++g) {
         const size_t row = (zu(b) * zu(kvh) + zu(g)) * zu(capacity_) + zu(pos);
@@ -584,6 +589,7 @@ void CpuDecodeEngine::attention_mla(int l, const float* h, float* x, StepStats& 
   {
     HISPARSE_RANGE("append", Phase::append);
     PhaseTimer t(stats, "append");
+    detail::round_to_kv_storage(kv.data(), kv.size());  // the new row as the cache holds it
     for (int b = 0; b < batch_; ++b)
       std::copy_n(kv.data() + zu(b) * zu(row), row,
                   k_cache_[zu(l)].host_data() + (zu(b) * zu(capacity_) + zu(pos)) * zu(row));
@@ -896,14 +902,16 @@ std::unique_ptr<FathomKeyIndex> EngineImpl::make_fathom_index(std::int64_t capac
 }
 
 // Null outside the hisparse modes; sets hot_slots_ (and needs width_ final: after the Fathom index).
-std::unique_ptr<HotRowCache> EngineImpl::make_hot_rows(std::int64_t capacity, Backend backend) {
+std::unique_ptr<HotRowCache> EngineImpl::make_hot_rows(std::int64_t capacity, Backend backend,
+                                                       int element_bytes) {
   if (config_.mode != Mode::hisparse && config_.mode != Mode::hisparse_fathom) return nullptr;
   hot_slots_ = hot_slots_for(model_, config_, top_k_, width_, kv_heads_);
   HotRowShape shape;
   shape.streams = streams_;
   shape.layers = model_.layers;
   shape.capacity = capacity;
-  shape.row_floats = model_.is_mla() ? key_dim_ : 2 * key_dim_;
+  shape.row_elements = model_.is_mla() ? key_dim_ : 2 * key_dim_;
+  shape.element_bytes = element_bytes;
   shape.hot = hot_slots_;
   shape.width = width_;
   return std::make_unique<HotRowCache>(shape, backend);

@@ -14,7 +14,8 @@ HotCacheConfig cache_config(const HotRowShape& s, Backend backend) {
   c.requests = s.streams;
   c.layers = s.layers;
   c.capacity = s.capacity;
-  c.row_bytes = static_cast<std::size_t>(s.row_floats) * sizeof(float);
+  c.row_bytes =
+      static_cast<std::size_t>(s.row_elements) * static_cast<std::size_t>(s.element_bytes);
   c.padding = RowPadding::none;
   c.hot = s.hot;
   c.top_k = s.width;
@@ -42,22 +43,22 @@ HotRowCache::HotRowCache(const HotRowShape& shape, Backend backend)
   copy_bytes(num_real_device_.device_data(), &real, sizeof(real), backend);
 }
 
-float* HotRowCache::pool_row(int stream, int layer, std::int64_t token) {
+std::uint8_t* HotRowCache::pool_row_bytes(int stream, int layer, std::int64_t token) {
   if (token < 0 || token >= shape_.capacity)
     throw Error(
         "hisparse host pool",
         fmt::format("token {} is beyond the pool's {} tokens per request", token, shape_.capacity),
         "raise EngineConfig::max_decode_steps to the number of steps the run takes");
-  return reinterpret_cast<float*>(cache_.pool().row(stream, layer, token));
+  return cache_.pool().row(stream, layer, token);
 }
 
 void HotRowCache::admit_all(std::int64_t seq_len) {
   for (int r = 0; r < shape_.streams; ++r) cache_.admit(r, seq_len);
 }
 
-void HotRowCache::append(int layer, int stream, std::int64_t seq_len, const float* row) {
-  const std::size_t bytes = static_cast<std::size_t>(shape_.row_floats) * sizeof(float);
-  std::memcpy(pool_row(stream, layer, seq_len - 1), row, bytes);
+void HotRowCache::append(int layer, int stream, std::int64_t seq_len, const void* row) {
+  const std::size_t bytes = row_bytes();
+  std::memcpy(pool_row_bytes(stream, layer, seq_len - 1), row, bytes);
   const HotBuffer& hb = cache_.hot_buffer();
   std::uint8_t* slot = hb.layer_rows(layer) +
                        static_cast<std::size_t>(hb.physical_row(stream, hb.newest_slot(seq_len))) *
@@ -99,8 +100,8 @@ void HotRowCache::record_traces(int layer, const std::int32_t* selected, std::in
   }
 }
 
-const float* HotRowCache::layer_rows(int layer) const {
-  return reinterpret_cast<const float*>(cache_.hot_buffer().layer_rows(layer));
+const std::uint8_t* HotRowCache::layer_rows_bytes(int layer) const {
+  return cache_.hot_buffer().layer_rows(layer);
 }
 
 }  // namespace hisparse

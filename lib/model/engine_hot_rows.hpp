@@ -1,9 +1,9 @@
 // HotRowCache: the DecodeEngine's HiSparse placement. One hisparse::HotCache whose cache slots are
 // the engine's KV streams: one per request on MLA models (the latent row), kv_heads per request on
 // GQA models (stream = request * kv_heads + kv_head, row = [K | V] of that head). Rows are stored
-// in the engine's float layout so that attention over hot rows reads exactly the values the
-// GPU-resident baseline reads; the bytes a deployment moves are accounted separately
-// (deployed_row_bytes).
+// in the engine's layout (floats on the CPU engine, bf16 on the CUDA engine) so that attention
+// over hot rows reads exactly the values the GPU-resident baseline reads; the bytes a deployment
+// moves are accounted separately (deployed_row_bytes).
 #pragma once
 
 #include <cstddef>
@@ -22,7 +22,8 @@ struct HotRowShape {
   int streams = 1;
   int layers = 1;
   std::int64_t capacity = 0;  ///< tokens per stream the host pool holds
-  int row_floats = 0;         ///< floats per row in the engine's layout
+  int row_elements = 0;       ///< elements per row in the engine's layout
+  int element_bytes = 4;      ///< 4: float rows (CPU engine), 2: bf16 rows (CUDA engine)
   int hot = 0;                ///< slots per (stream, layer), top_k <= hot <= 32768
   int width = 0;              ///< entries of one step's selection per stream (the swap-in top_k)
 };
@@ -33,31 +34,42 @@ class HotRowCache {
 
   [[nodiscard]] const HotRowShape& shape() const noexcept { return shape_; }
   /// The host-pool row of `token` (write the context here before admit_all()).
-  [[nodiscard]] float* pool_row(int stream, int layer, std::int64_t token);
+  [[nodiscard]] std::uint8_t* pool_row_bytes(int stream, int layer, std::int64_t token);
+  /// The same for float rows (element_bytes 4).
+  [[nodiscard]] float* pool_row(int stream, int layer, std::int64_t token) {
+    return reinterpret_cast<float*>(pool_row_bytes(stream, layer, token));
+  }
+  [[nodiscard]] std::size_t row_bytes() const noexcept {
+    return static_cast<std::size_t>(shape_.row_elements) *
+           static_cast<std::size_t>(shape_.element_bytes);
+  }
   /// Bytes from one token's pool row to the next of the same (stream, layer).
   [[nodiscard]] std::size_t pool_row_stride() const noexcept { return cache_.pool().row_stride(); }
   /// Starts every stream with `seq_len` tokens in the pool (HotCache::admit).
   void admit_all(std::int64_t seq_len);
   /// The newest token (position seq_len - 1) of `stream`: into the host pool and into the
   /// reserved newest-token slot of the hot buffer.
-  void append(int layer, int stream, std::int64_t seq_len, const float* row);
+  void append(int layer, int stream, std::int64_t seq_len, const void* row);
   /// Swap-in of one step's selection for `layer` ([streams][width] positions, -1 none) at
   /// `seq_len`: writes the hot-buffer slot of every entry ([streams][width], -1 none), records
   /// the selection in the layer's traces, returns the hits and misses.
   SwapInStats swap_in(int layer, const std::int32_t* selected, std::int64_t seq_len,
                       std::int32_t* slots);
 #if HISPARSE_WITH_CUDA
-  /// CUDA engine: append() of every stream at once from device rows [streams][row_floats],
+  /// CUDA engine: append() of every stream at once from device rows [streams][row_elements],
   /// enqueued on `stream` (the pool row from the GPU, the newest-token slot on the GPU), ordered
   /// before the next swap-in on the same stream.
-  void append_device(int layer, std::int64_t seq_len, const float* rows, const Stream& stream);
+  void append_device(int layer, std::int64_t seq_len, const void* rows, const Stream& stream);
   /// CUDA engine: swap_in() with the selection and the slots in device memory, on `stream`.
   /// Waits for the counts, and copies the selection back for the traces.
   SwapInStats swap_in_device(int layer, const std::int32_t* selected, std::int64_t seq_len,
                              std::int32_t* slots, const Stream& stream);
 #endif
-  /// The layer's hot rows: slot s of stream r at (r * (hot + 1) + s) * row_floats.
-  [[nodiscard]] const float* layer_rows(int layer) const;
+  /// The layer's hot rows: slot s of stream r at (r * (hot + 1) + s) * row_elements elements.
+  [[nodiscard]] const std::uint8_t* layer_rows_bytes(int layer) const;
+  [[nodiscard]] const float* layer_rows(int layer) const {
+    return reinterpret_cast<const float*>(layer_rows_bytes(layer));
+  }
   /// Selection traces, index layer * streams + stream, one TraceStep per swap_in().
   [[nodiscard]] const std::vector<SelectionTrace>& traces() const noexcept {
     return traces_;

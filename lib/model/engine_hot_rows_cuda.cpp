@@ -10,14 +10,14 @@
 
 namespace hisparse {
 
-void HotRowCache::append_device(int layer, std::int64_t seq_len, const float* rows,
+void HotRowCache::append_device(int layer, std::int64_t seq_len, const void* rows,
                                 const Stream& stream) {
-  const std::size_t bytes = static_cast<std::size_t>(shape_.row_floats) * sizeof(float);
+  const std::size_t bytes = row_bytes();
   const HotBuffer& hb = cache_.hot_buffer();
   const int slot = hb.newest_slot(seq_len);
   for (int s = 0; s < shape_.streams; ++s) {
-    const float* row = rows + static_cast<std::ptrdiff_t>(s) * shape_.row_floats;
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(pool_row(s, layer, seq_len - 1), row, bytes,
+    const auto* row = static_cast<const std::uint8_t*>(rows) + static_cast<std::size_t>(s) * bytes;
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(pool_row_bytes(s, layer, seq_len - 1), row, bytes,
                                         cudaMemcpyDeviceToHost, stream.native()));
     std::uint8_t* dst = hb.layer_rows(layer) +
                         static_cast<std::size_t>(hb.physical_row(s, slot)) * hb.shape().row_stride;

@@ -20,6 +20,7 @@ const std::vector<std::string>& scenario_key_paths() {
                                "warmup_steps",
                                "repetitions",
                                "point_time_limit_s",
+                               "quality_metrics",
                                "top_k",
                                "hot_buffer",
                                "budget_bits",

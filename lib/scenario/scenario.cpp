@@ -194,6 +194,8 @@ class ScenarioParser {
       s.repetitions = static_cast<int>(r_.integer(root["repetitions"], "repetitions", 1, 1000));
     if (root["point_time_limit_s"])
       s.point_time_limit_s = r_.real(root["point_time_limit_s"], "point_time_limit_s", 0, 1e7);
+    if (root["quality_metrics"])
+      s.quality_metrics = r_.boolean(root["quality_metrics"], "quality_metrics");
     if (root["workload"]) s.workload = workload(root["workload"]);
     s.outputs.dir = std::filesystem::path("results") / s.name;
     if (root["outputs"]) outputs(root["outputs"], s.outputs);
@@ -506,6 +508,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
                                 : s.fathom.head_budgets;
     c.workload = s.workload;
     c.share_layer_weights = s.deployment.share_layer_weights;
+    c.quality_metrics = s.quality_metrics;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
     const bool hot_given = c.hot_buffer != 0;
@@ -711,7 +714,8 @@ nlohmann::json Scenario::to_json() const {
                    {"replay_path", workload.replay_path}};
   j["outputs"] = {{"dir", outputs.dir.string()}, {"formats", outputs.formats}};
   j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
-  // Only when set: results recorded before the key existed compare equal (the gate).
+  // Only when not the default: results recorded before the keys existed compare equal (the gate).
+  if (!quality_metrics) j["quality_metrics"] = false;
   if (deployment.share_layer_weights || deployment.gpu_memory_gib > 0)
     j["deployment"] = {{"share_layer_weights", deployment.share_layer_weights},
                        {"gpu_memory_gib", deployment.gpu_memory_gib}};

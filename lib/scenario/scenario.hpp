@@ -20,6 +20,9 @@
 //                               # it the point fails at its next step's end and the sweep goes
 //                               # on; a step that never returns ends the run at 2x the limit
 //                               # (+ 60 s), leaving results.json resumable (run --resume)
+//   quality_metrics: true       # the sparse modes' selection recall and attention error, from a
+//                               # dense pass over the first and last layers (outside the timed
+//                               # step, on the host: slow on the large presets) [true]
 //   top_k: 0                    # rows selected per step; 0 = the indexer's top_k, else 2048 [0]
 //   hot_buffer: 0               # HiSparse slots per request and layer; 0 = 2 * top_k [0]
 //   budget_bits: 48             # Fathom plane bits per token and KV head, 0..4*head_dim [48]
@@ -158,6 +161,7 @@ class Scenario {
   int warmup_steps = 2;
   int repetitions = 1;
   double point_time_limit_s = 0;
+  bool quality_metrics = true;  ///< EngineConfig::quality_metrics
   WorkloadSpec workload;
   OutputSpec outputs;
   TraceSpec trace;

@@ -5,6 +5,7 @@
 // sums in another order); selections, argmax, routing choices and codes exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/cuda_check.hpp"
+#include "core/dtypes.hpp"
 #include "core/memory.hpp"
 #include "core/stream.hpp"
 #include "kernels/attention/decode_attention.hpp"
@@ -355,6 +357,92 @@ TEST_F(DecodeKernelsGpu, TopkIsExactlyTheTwinsSelection) {
     ASSERT_EQ(got, std::vector<std::int32_t>(out.host(), out.host() + got.size()))
         << "rows " << rows << " stride " << stride << " k " << k;
   }
+}
+
+std::vector<std::uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<std::uint16_t> out(x.size());
+  std::transform(x.begin(), x.end(), out.begin(), float_to_bf16);
+  return out;
+}
+
+TEST_F(DecodeKernelsGpu, AttentionAndGroupMassOverBf16RowsMatchTheTwin) {
+  std::mt19937 rng(9);
+  struct Case {
+    int q_heads, kv_heads, dim, v_dim, stride;
+    bool sparse;
+  };
+  for (const Case& c : {Case{8, 2, 128, 128, 0, true}, Case{16, 1, 576, 512, 576, false},
+                        Case{16, 1, 576, 512, 576, true}}) {
+    const int batch = 2, top_k = 64;
+    const std::int64_t capacity = 400;
+    const std::size_t rows = static_cast<std::size_t>(batch) * c.kv_heads * capacity;
+    Mirror<float> q(normal(static_cast<std::size_t>(batch) * c.q_heads * c.dim, rng, 0.2f));
+    Mirror<std::uint16_t> k(to_bf16(normal(rows * (c.stride ? c.stride : c.dim), rng)));
+    Mirror<std::uint16_t> v(c.stride ? std::vector<std::uint16_t>(1)
+                                     : to_bf16(normal(rows * c.v_dim, rng)));
+    Mirror<std::int64_t> len(std::vector<std::int64_t>{400, 123});
+    std::vector<std::int32_t> idx(static_cast<std::size_t>(batch) * top_k);
+    for (auto& i : idx) i = static_cast<std::int32_t>(rng() % 420) - 10;
+    Mirror<std::int32_t> ix(idx);
+    Mirror<float> out(std::vector<float>(static_cast<std::size_t>(batch) * c.q_heads * c.v_dim));
+    kernels::DecodeAttentionArgs a;
+    a.batch = batch;
+    a.q_heads = c.q_heads;
+    a.kv_heads = c.kv_heads;
+    a.qk_dim = c.dim;
+    a.v_dim = c.v_dim;
+    a.capacity = capacity;
+    a.k_row_stride = a.v_row_stride = c.stride;
+    a.top_k = top_k;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
+    auto bind = [&](bool device) {
+      a.q = device ? q.dev() : q.host();
+      a.k_bf16 = device ? k.dev() : k.host();
+      a.v_bf16 = c.stride ? a.k_bf16 : device ? v.dev() : v.host();
+      a.seq_lens = device ? len.dev() : len.host();
+      a.indices = !c.sparse ? nullptr : device ? ix.dev() : ix.host();
+      a.out = device ? out.dev() : out.host();
+    };
+    bind(true);
+    kernels::launch_decode_attention(a, s());
+    const auto got = out.fetch();
+    bind(false);
+    kernels::decode_attention_ref(a);
+    EXPECT_LT(scaled_error(got, std::vector<float>(out.host(), out.host() + got.size())), 2e-5)
+        << "dim " << c.dim << (c.sparse ? " sparse" : " dense");
+    if (c.stride) continue;
+    Mirror<float> mass{std::vector<float>(rows)};
+    kernels::GroupAttentionMassArgs m;
+    m.batch = batch;
+    m.q_heads = c.q_heads;
+    m.kv_heads = c.kv_heads;
+    m.qk_dim = c.dim;
+    m.capacity = capacity;
+    m.scale = a.scale;
+    m.q = q.dev();
+    m.k_bf16 = k.dev();
+    m.seq_lens = len.dev();
+    m.mass = mass.dev();
+    kernels::launch_group_attention_mass(m, s());
+    const auto got_mass = mass.fetch();
+    m.q = q.host();
+    m.k_bf16 = k.host();
+    m.seq_lens = len.host();
+    m.mass = mass.host();
+    kernels::group_attention_mass_ref(m);
+    EXPECT_LT(scaled_error(got_mass, std::vector<float>(mass.host(), mass.host() + rows)), 1e-5);
+  }
+  // The new rows into a bf16 cache: rounded in place, written with the cache's stride.
+  Mirror<float> src(normal(6 * 40, rng));
+  Mirror<std::uint16_t> dst(std::vector<std::uint16_t>(6 * 100, 7));
+  kernels::StoreBf16RowsArgs st{src.dev(), dst.dev(), 6, 40, 0, 100};
+  kernels::launch_store_bf16_rows(st, s());
+  const auto got_src = src.fetch();
+  const auto got_dst = dst.fetch();
+  st = {src.host(), dst.host(), 6, 40, 0, 100};
+  kernels::store_bf16_rows_ref(st);
+  EXPECT_EQ(got_src, std::vector<float>(src.host(), src.host() + got_src.size()));
+  EXPECT_EQ(got_dst, std::vector<std::uint16_t>(dst.host(), dst.host() + got_dst.size()));
 }
 
 TEST_F(DecodeKernelsGpu, SmallDecodeOpsMatchTheTwin) {

@@ -3,12 +3,20 @@
 #include <cmath>
 #include <vector>
 
+#include "core/dtypes.hpp"
 #include "core/rng.hpp"
 #include "kernels/attention/decode_attention.hpp"
 #include "kernels/attention/rope.hpp"
+#include "kernels/decode/decode_ops.hpp"
 
 namespace hisparse::kernels {
 namespace {
+
+// Two rows of two floats into a bf16 cache whose rows are 4 elements apart.
+void decode_ops_store(std::vector<float>& src, std::vector<std::uint16_t>& dst) {
+  StoreBf16RowsArgs st{src.data(), dst.data(), 2, 2, 0, 4};
+  store_bf16_rows_ref(st);
+}
 
 TEST(KernelsAttention, TwoTokensByHand) {
   // logits 0 and ln 3: weights 1/4 and 3/4 of v0 = (4, 0) and v1 = (0, 8) -> (1, 6).
@@ -32,6 +40,35 @@ TEST(KernelsAttention, TwoTokensByHand) {
   decode_attention_ref(a);
   EXPECT_NEAR(out[0], 1.0f, 1e-6f);
   EXPECT_NEAR(out[1], 6.0f, 1e-6f);
+}
+
+TEST(KernelsAttention, Bf16RowsReadAsTheirFloatValues) {
+  // 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7: rounds to even (1); 1 + 3 * 2^-8 to 1 + 2^-6.
+  std::vector<float> src{1.00390625f, 1.01171875f, -2.0f, 0.0f};
+  std::vector<std::uint16_t> dst(8, 0xffff);
+  decode_ops_store(src, dst);
+  EXPECT_EQ(src, (std::vector<float>{1.0f, 1.015625f, -2.0f, 0.0f}));
+  EXPECT_EQ(dst, (std::vector<std::uint16_t>{0x3f80, 0x3f82, 0xffff, 0xffff, 0xc000, 0x0000, 0xffff,
+                                             0xffff}));
+  // The same two-token case as above, its rows in bf16 (all exactly representable).
+  const std::vector<float> q{1.0f, 0.0f};
+  const std::vector<std::uint16_t> k{float_to_bf16(0.0f), 0, float_to_bf16(1.0f), 0};
+  const std::vector<std::uint16_t> v{float_to_bf16(4.0f), 0, 0, float_to_bf16(8.0f)};
+  const std::vector<std::int64_t> len{2};
+  std::vector<float> out(2, -1.0f);
+  DecodeAttentionArgs a;
+  a.q = q.data();
+  a.k_bf16 = k.data();
+  a.v_bf16 = v.data();
+  a.seq_lens = len.data();
+  a.out = out.data();
+  a.batch = a.q_heads = a.kv_heads = 1;
+  a.qk_dim = a.v_dim = 2;
+  a.capacity = 2;
+  decode_attention_ref(a);
+  const float w1 = std::exp(1.0f) / (1.0f + std::exp(1.0f));  // logits 0 and 1
+  EXPECT_NEAR(out[0], 4.0f * (1.0f - w1), 1e-6f);
+  EXPECT_NEAR(out[1], 8.0f * w1, 1e-6f);
 }
 
 TEST(KernelsAttention, SparseIndicesSkipMinusOneAndUseScale) {

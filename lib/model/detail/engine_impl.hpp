@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtypes.hpp"
 #include "kernels/attention/decode_attention.hpp"
 #include "model/decode_engine.hpp"
 #include "model/engine_fathom_index.hpp"
@@ -75,8 +76,16 @@ class EngineImpl {
   /// The Fathom index and the hot rows of the offloading modes, `capacity` tokens per stream.
   [[nodiscard]] std::unique_ptr<FathomKeyIndex> make_fathom_index(std::int64_t capacity,
                                                                   Backend backend) const;
-  [[nodiscard]] std::unique_ptr<HotRowCache> make_hot_rows(std::int64_t capacity, Backend backend);
+  /// element_bytes: 4 for float rows, 2 for bf16 rows.
+  [[nodiscard]] std::unique_ptr<HotRowCache> make_hot_rows(std::int64_t capacity, Backend backend,
+                                                           int element_bytes = 4);
 };
+
+/// Both engines hold KV rows as bf16 (the CPU engine as floats with bf16 values): `n` floats
+/// rounded in place, as a row is written to the cache.
+inline void round_to_kv_storage(float* x, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+}
 
 /// Throws Error for a configuration no engine can run (the checks of DecodeEngine's constructor).
 void validate_config(const ModelSpec& model, const EngineConfig& config);
