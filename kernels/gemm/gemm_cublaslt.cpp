@@ -1,6 +1,8 @@
-// launch_gemm: Y = alpha * X * W^T + beta * Y through cuBLASLt, fp32 in and out with fp32
-// compute (no TF32: the engine's CUDA path is checked against the CPU twin, and the tiny models'
-// greedy tokens must not flip on a rounding change). Row-major Y [m x n] is column-major Y^T
+// launch_gemm: Y = alpha * X * W^T + beta * Y through cuBLASLt, fp32 out with fp32 compute: fp32
+// in (no TF32: the engine's CUDA path is checked against the CPU twin, and the tiny models' greedy
+// tokens must not flip on a rounding change), or bf16 weights with X rounded to bf16 first
+// (round_to_bf16, the twin's rounding; bf16 products are exact in fp32, so only the order of the
+// sum differs from the twin). Row-major Y [m x n] is column-major Y^T
 // [n x m], so the call is C(n x m) = op_T(W as k x n) * X(k x m). One algorithm is chosen per
 // shape and kept; the workspace is allocated once per device and reused.
 #include <cublasLt.h>
@@ -28,7 +30,8 @@ void check_cublas(cublasStatus_t status, const char* call) {
 }
 #define HISPARSE_CUBLAS(call) check_cublas((call), #call)
 
-using ShapeKey = std::tuple<int, int, int, int, int, int, bool>;  // m n k ldx ldw ldy beta!=0
+using ShapeKey =
+    std::tuple<int, int, int, int, int, int, bool, bool>;  // m n k ldx ldw ldy beta!=0 bf16
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -55,11 +58,15 @@ class GemmPlans {
       HISPARSE_CUBLAS(cublasLtCreate(&handle_));
       HISPARSE_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
     }
-    const ShapeKey key{g.m, g.n, g.k, ldx, ldw, ldy, g.beta != 0.0f};
+    const bool bf16 = g.w_bf16 != nullptr;
+    const ShapeKey key{g.m, g.n, g.k, bf16 ? g.k : ldx, ldw, ldy, g.beta != 0.0f, bf16};
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, make_plan(g.m, g.n, g.k, ldx, ldw, ldy)).first;
+    if (it == plans_.end())
+      it = plans_.emplace(key, make_plan(g.m, g.n, g.k, bf16 ? g.k : ldx, ldw, ldy, bf16)).first;
     const Plan& p = it->second;
-    HISPARSE_CUBLAS(cublasLtMatmul(handle_, p.desc, &g.alpha, g.w, p.a, g.x, p.b, &g.beta, g.y, p.c,
+    const void* w = bf16 ? static_cast<const void*>(g.w_bf16) : g.w;
+    const void* x = bf16 ? static_cast<const void*>(g.x_bf16) : g.x;
+    HISPARSE_CUBLAS(cublasLtMatmul(handle_, p.desc, &g.alpha, w, p.a, x, p.b, &g.beta, g.y, p.c,
                                    g.y, p.c, p.has_algo ? &p.algo : nullptr, workspace_,
                                    kWorkspaceBytes, stream));
   }
@@ -69,7 +76,8 @@ class GemmPlans {
   ~GemmPlans() = default;  // the process ends with the handle: destroying it after the CUDA
                            // runtime has shut down would fail, so it is left to the driver
 
-  Plan make_plan(int m, int n, int k, int ldx, int ldw, int ldy) {
+  Plan make_plan(int m, int n, int k, int ldx, int ldw, int ldy, bool bf16) {
+    const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     Plan p;
     HISPARSE_CUBLAS(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans = CUBLAS_OP_T, none = CUBLAS_OP_N;
@@ -78,8 +86,8 @@ class GemmPlans {
     HISPARSE_CUBLAS(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
     // Column-major views: W^T is (k x n, ld ldw), X is (k x m, ld ldx), Y is (n x m, ld ldy).
-    HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, k, n, ldw));
-    HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, k, m, ldx));
+    HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, in, k, n, ldw));
+    HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, in, k, m, ldx));
     HISPARSE_CUBLAS(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldy));
     cublasLtMatmulPreference_t pref = nullptr;
     HISPARSE_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -108,6 +116,12 @@ class GemmPlans {
 
 void launch_gemm(const GemmArgs& args, cudaStream_t stream) {
   if (args.m <= 0 || args.n <= 0) return;
+  if (args.w_bf16 != nullptr) {
+    if (args.x_bf16 == nullptr)
+      throw Error("gemm", "bf16 weights need GemmArgs::x_bf16 for the rounded activations",
+                  "give an [m x k] bf16 device buffer");
+    launch_round_to_bf16(args.x, args.m, args.k, args.ldx ? args.ldx : args.k, args.x_bf16, stream);
+  }
   GemmPlans::instance().run(args, stream);
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/dtypes.hpp"
+
 namespace hisparse::kernels {
 
 void gemm_ref(const GemmArgs& a) {
@@ -17,9 +19,15 @@ void gemm_ref(const GemmArgs& a) {
       const float* x = a.x + static_cast<std::ptrdiff_t>(i) * ldx;
       float* y = a.y + static_cast<std::ptrdiff_t>(i) * ldy;
       for (int j = n0; j < n1; ++j) {
-        const float* w = a.w + static_cast<std::ptrdiff_t>(j) * ldw;
         float acc = 0.0f;
-        for (int p = 0; p < a.k; ++p) acc += x[p] * w[p];
+        if (a.w_bf16 != nullptr) {
+          const std::uint16_t* w = a.w_bf16 + static_cast<std::ptrdiff_t>(j) * ldw;
+          for (int p = 0; p < a.k; ++p)
+            acc += bf16_to_float(float_to_bf16(x[p])) * bf16_to_float(w[p]);
+        } else {
+          const float* w = a.w + static_cast<std::ptrdiff_t>(j) * ldw;
+          for (int p = 0; p < a.k; ++p) acc += x[p] * w[p];
+        }
         y[j] = a.beta == 0.0f ? a.alpha * acc : a.alpha * acc + a.beta * y[j];
       }
     }

@@ -147,6 +147,12 @@ class CudaDecodeEngine final : public EngineImpl {
     return weight(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
   }
   [[nodiscard]] const float* weight(const std::string& name) const;
+  /// A linear layer's weights (bf16; every linear tensor but the embedding and kv_b_proj, which
+  /// non-GEMM kernels read as floats).
+  [[nodiscard]] const std::uint16_t* wl(int layer, std::string_view suffix) const {
+    return weight_bf16(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
+  }
+  [[nodiscard]] const std::uint16_t* weight_bf16(const std::string& name) const;
   [[nodiscard]] int indexer_layer(int layer) const {
     return layer - layer % model_.indexer.every_n_layers;
   }
@@ -172,8 +178,8 @@ class CudaDecodeEngine final : public EngineImpl {
   [[nodiscard]] bool values_on_gpu(int l) const {
     return !model_.is_mla() && (!hot_rows_ || samples_quality(l));
   }
-  void linear(const float* x, const float* wt, float* y, int m, int n, int k, float beta = 0.0f,
-              int ldy = 0, int ldx = 0) const;
+  void linear(const float* x, const std::uint16_t* wt, float* y, int m, int n, int k,
+              float beta = 0.0f, int ldy = 0, int ldx = 0) const;
   void rmsnorm(const float* x, const float* weight, float* y, int rows, int n, int ld = 0) const;
   void rope(float* x, int heads, int head_stride, int offset, int dim, int row_stride = 0) const;
   /// The workload's queries of `layer` for this step into workload_q_ (its index queries into
@@ -196,6 +202,8 @@ class CudaDecodeEngine final : public EngineImpl {
   std::int64_t capacity_ = 0;  ///< rows per (request, KV head): context + max_decode_steps
   std::int64_t step_ = 0;
   std::map<std::string, Buffer<float>, std::less<>> weights_;
+  std::map<std::string, Buffer<std::uint16_t>, std::less<>> weights_bf16_;
+  Buffer<std::uint16_t> gemm_x_;  ///< a GEMM's activations rounded to bf16 [batch x widest k]
   /// per layer [batch][kv_heads][capacity][dim], bf16 (empty where !rows_on_gpu)
   std::vector<Buffer<std::uint16_t>> k_cache_, v_cache_;
   std::vector<Buffer<std::uint8_t>> index_keys_;  ///< per indexer layer [batch][capacity][dim]
@@ -320,14 +328,39 @@ const float* CudaDecodeEngine::weight(const std::string& name) const {
   return it->second.device_data();
 }
 
+const std::uint16_t* CudaDecodeEngine::weight_bf16(const std::string& name) const {
+  const auto it = weights_bf16_.find(name);
+  if (it == weights_bf16_.end())
+    throw Error(fmt::format("model {}", model_.name), fmt::format("no bf16 tensor {}", name),
+                "report this: the CUDA engine holds every linear tensor but the embedding and "
+                "kv_b_proj in bf16");
+  return it->second.device_data();
+}
+
+// Linear tensors go up as bf16 (ModelWeights holds bf16 values, so the conversion is exact), the
+// rest as floats. The widest k of a linear layer sizes the GEMMs' bf16 activation scratch.
 void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
   HISPARSE_FUNC_RANGE();
+  std::int64_t widest_k = 1;
+  std::vector<std::uint16_t> bf16;
   for (const TensorSpec& t : expected_tensors(model_, config_.share_layer_weights)) {
-    auto buf = Buffer<float>::device(zu(t.elements()), Backend::cuda, "model weights");
-    copy_bytes(buf.device_data(), host.get(t.name), zu(t.elements()) * sizeof(float),
-               Backend::cuda);
-    weights_.emplace(t.name, std::move(buf));
+    const float* values = host.get(t.name);
+    const bool gemm = t.init == TensorSpec::Init::linear && t.name != "model.embed_tokens.weight" &&
+                      !t.name.ends_with("kv_b_proj.weight");
+    if (!gemm) {
+      auto buf = Buffer<float>::device(zu(t.elements()), Backend::cuda, "model weights");
+      copy_bytes(buf.device_data(), values, zu(t.elements()) * sizeof(float), Backend::cuda);
+      weights_.emplace(t.name, std::move(buf));
+      continue;
+    }
+    widest_k = std::max(widest_k, t.shape.back());
+    bf16.resize(zu(t.elements()));
+    std::transform(values, values + t.elements(), bf16.begin(), float_to_bf16);
+    auto buf = Buffer<std::uint16_t>::device(bf16.size(), Backend::cuda, "model weights (bf16)");
+    copy_bytes(buf.device_data(), bf16.data(), bf16.size() * sizeof(std::uint16_t), Backend::cuda);
+    weights_bf16_.emplace(t.name, std::move(buf));
   }
+  gemm_x_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k, "GEMM activations (bf16)");
 }
 
 template <class T>
@@ -556,11 +589,12 @@ std::vector<float> CudaDecodeEngine::download(const std::vector<Buffer<float>>& 
   return out;
 }
 
-void CudaDecodeEngine::linear(const float* x, const float* wt, float* y, int m, int n, int k,
-                              float beta, int ldy, int ldx) const {
+void CudaDecodeEngine::linear(const float* x, const std::uint16_t* wt, float* y, int m, int n,
+                              int k, float beta, int ldy, int ldx) const {
   kernels::GemmArgs a;
   a.x = x;
-  a.w = wt;
+  a.w_bf16 = wt;
+  a.x_bf16 = gemm_x_.device_data();
   a.y = y;
   a.m = m;
   a.n = n;
@@ -713,8 +747,8 @@ StepStats CudaDecodeEngine::step() {
     HISPARSE_RANGE("lm_head", Phase::lm_head);
     GpuPhaseClock::Scope t(clock_, "lm_head");
     rmsnorm(x_.device_data(), weight("model.norm.weight"), h_.device_data(), batch_, H);
-    linear(h_.device_data(), weight("lm_head.weight"), logits_.device_data(), batch_, model_.vocab,
-           H);
+    linear(h_.device_data(), weight_bf16("lm_head.weight"), logits_.device_data(), batch_,
+           model_.vocab, H);
     kernels::ArgmaxArgs am;
     am.x = logits_.device_data();
     am.out = tokens_.device_data();
@@ -744,10 +778,10 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
   {
     HISPARSE_RANGE("qkv", Phase::gemm);
     GpuPhaseClock::Scope t(clock_, "attention");
-    linear(h_.device_data(), w(l, "self_attn.q_proj.weight"), q, batch_, qh * hd, H);
-    linear(h_.device_data(), w(l, "self_attn.k_proj.weight"), k_.device_data(), batch_, kvh * hd,
+    linear(h_.device_data(), wl(l, "self_attn.q_proj.weight"), q, batch_, qh * hd, H);
+    linear(h_.device_data(), wl(l, "self_attn.k_proj.weight"), k_.device_data(), batch_, kvh * hd,
            H);
-    linear(h_.device_data(), w(l, "self_attn.v_proj.weight"), v_.device_data(), batch_, kvh * hd,
+    linear(h_.device_data(), wl(l, "self_attn.v_proj.weight"), v_.device_data(), batch_, kvh * hd,
            H);
     if (g.qk_norm) {
       rmsnorm(q, w(l, "self_attn.q_norm.weight"), q, batch_ * qh, hd);
@@ -885,7 +919,7 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
   measure_quality(l, a, kvh, stats);
   HISPARSE_RANGE("o_proj", Phase::gemm);
   GpuPhaseClock::Scope t(clock_, "attention");
-  linear(a.out, w(l, "self_attn.o_proj.weight"), x_.device_data(), batch_, H, qh * hd, 1.0f);
+  linear(a.out, wl(l, "self_attn.o_proj.weight"), x_.device_data(), batch_, H, qh * hd, 1.0f);
 }
 
 void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
@@ -900,14 +934,14 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   {
     HISPARSE_RANGE("q_kv", Phase::gemm);
     GpuPhaseClock::Scope t(clock_, "attention");
-    linear(h_.device_data(), w(l, "self_attn.q_a_proj.weight"), q_a_.device_data(), batch_,
+    linear(h_.device_data(), wl(l, "self_attn.q_a_proj.weight"), q_a_.device_data(), batch_,
            m.q_lora_rank, H);
     rmsnorm(q_a_.device_data(), w(l, "self_attn.q_a_layernorm.weight"), q_a_.device_data(), batch_,
             m.q_lora_rank);
-    linear(q_a_.device_data(), w(l, "self_attn.q_b_proj.weight"), q, batch_, heads * qk,
+    linear(q_a_.device_data(), wl(l, "self_attn.q_b_proj.weight"), q, batch_, heads * qk,
            m.q_lora_rank);
-    linear(h_.device_data(), w(l, "self_attn.kv_a_proj_with_mqa.weight"), kv_.device_data(), batch_,
-           row, H);
+    linear(h_.device_data(), wl(l, "self_attn.kv_a_proj_with_mqa.weight"), kv_.device_data(),
+           batch_, row, H);
     rmsnorm(kv_.device_data(), w(l, "self_attn.kv_a_layernorm.weight"), kv_.device_data(), batch_,
             lora, row);
     rope(q, heads, qk, nope, rope_dim);
@@ -1000,8 +1034,8 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   up.lora = lora;
   up.v_dim = vd;
   kernels::launch_mla_up_project(up, s());
-  linear(o_.device_data(), w(l, "self_attn.o_proj.weight"), x_.device_data(), batch_, H, heads * vd,
-         1.0f);
+  linear(o_.device_data(), wl(l, "self_attn.o_proj.weight"), x_.device_data(), batch_, H,
+         heads * vd, 1.0f);
 }
 
 void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
@@ -1011,7 +1045,7 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
   {
     HISPARSE_RANGE("indexer_proj", Phase::indexer);
     GpuPhaseClock::Scope t(clock_, "indexer");
-    linear(h_.device_data(), w(l, "self_attn.indexer.wk.weight"), ix_k_.device_data(), batch_,
+    linear(h_.device_data(), wl(l, "self_attn.indexer.wk.weight"), ix_k_.device_data(), batch_,
            ix.head_dim, H);
     rmsnorm(ix_k_.device_data(), w(l, "self_attn.indexer.k_norm.weight"), ix_k_.device_data(),
             batch_, ix.head_dim);
@@ -1041,9 +1075,9 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
   {
     HISPARSE_RANGE("indexer", Phase::indexer);
     GpuPhaseClock::Scope t(clock_, "indexer");
-    linear(q_a_.device_data(), w(l, "self_attn.indexer.wq_b.weight"), ix_q_.device_data(), batch_,
+    linear(q_a_.device_data(), wl(l, "self_attn.indexer.wq_b.weight"), ix_q_.device_data(), batch_,
            ix.heads * ix.head_dim, model_.mla.q_lora_rank);
-    linear(h_.device_data(), w(l, "self_attn.indexer.weights_proj.weight"), ix_w_.device_data(),
+    linear(h_.device_data(), wl(l, "self_attn.indexer.weights_proj.weight"), ix_w_.device_data(),
            batch_, ix.heads, H);
     kernels::BlendQueriesArgs bq;
     bq.workload = ix_workload_q_.device_data();
@@ -1143,9 +1177,9 @@ void CudaDecodeEngine::measure_quality(int l, const kernels::DecodeAttentionArgs
 // gate/up of `prefix` over the whole batch into gate_up_, then SwiGLU into act_.
 void CudaDecodeEngine::swiglu_block(int l, const std::string& prefix, int width) {
   const int H = model_.hidden;
-  linear(h_.device_data(), w(l, prefix + "gate_proj.weight"), gate_up_.device_data(), batch_, width,
-         H, 0.0f, 2 * width);
-  linear(h_.device_data(), w(l, prefix + "up_proj.weight"), gate_up_.device_data() + width, batch_,
+  linear(h_.device_data(), wl(l, prefix + "gate_proj.weight"), gate_up_.device_data(), batch_,
+         width, H, 0.0f, 2 * width);
+  linear(h_.device_data(), wl(l, prefix + "up_proj.weight"), gate_up_.device_data() + width, batch_,
          width, H, 0.0f, 2 * width);
   kernels::SwigluArgs sw;
   sw.gate_up = gate_up_.device_data();
@@ -1163,11 +1197,11 @@ void CudaDecodeEngine::ffn(int l) {
   const FfnShape& f = model_.ffn;
   if (f.kind == FfnKind::dense || l < f.first_dense_layers) {
     swiglu_block(l, "mlp.", f.dense_width);
-    linear(act_.device_data(), w(l, "mlp.down_proj.weight"), x_.device_data(), batch_, H,
+    linear(act_.device_data(), wl(l, "mlp.down_proj.weight"), x_.device_data(), batch_, H,
            f.dense_width, 1.0f);
     return;
   }
-  linear(h_.device_data(), w(l, "mlp.gate.weight"), router_logits_.device_data(), batch_,
+  linear(h_.device_data(), wl(l, "mlp.gate.weight"), router_logits_.device_data(), batch_,
          f.experts_held, H);
   kernels::MoeRouteArgs route;
   route.logits = router_logits_.device_data();
@@ -1186,13 +1220,13 @@ void CudaDecodeEngine::ffn(int l) {
     sc.width = f.expert_width;
     sc.factor_stride = f.experts_held;
     kernels::launch_scale_rows(sc, s());
-    linear(act_.device_data(), w(l, prefix + "down_proj.weight"), x_.device_data(), batch_, H,
+    linear(act_.device_data(), wl(l, prefix + "down_proj.weight"), x_.device_data(), batch_, H,
            f.expert_width, 1.0f);
   }
   if (f.shared_experts > 0) {
     const int width = f.shared_experts * f.expert_width;
     swiglu_block(l, "mlp.shared_experts.", width);
-    linear(act_.device_data(), w(l, "mlp.shared_experts.down_proj.weight"), x_.device_data(),
+    linear(act_.device_data(), wl(l, "mlp.shared_experts.down_proj.weight"), x_.device_data(),
            batch_, H, width, 1.0f);
   }
 }

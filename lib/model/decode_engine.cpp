@@ -60,10 +60,15 @@ void blend_query(float* workload_q, const float* model_q, int n, float share) {
   for (int i = 0; i < n; ++i) workload_q[i] += gain * model_q[i];
 }
 
+// A linear layer as a bf16 deployment runs it (the CUDA engine's bf16 GEMM): the weights hold bf16
+// values already (ModelWeights), the activations are rounded to bf16, the sum is fp32.
 void linear(const float* x, const float* w, float* y, int m, int n, int k, float beta = 0.0f,
             int ldy = 0, float alpha = 1.0f) {
+  thread_local std::vector<float> rounded;
+  rounded.assign(x, x + static_cast<std::size_t>(m) * static_cast<std::size_t>(k));
+  detail::round_to_bf16_values(rounded.data(), rounded.size());
   kernels::GemmArgs a;
-  a.x = x;
+  a.x = rounded.data();
   a.w = w;
   a.y = y;
   a.m = m;
@@ -285,9 +290,9 @@ void CpuDecodeEngine::fill_context() {
         }
       }
     }
-    detail::round_to_kv_storage(k_cache_[zu(l)].host_data(), k_cache_[zu(l)].size());
+    detail::round_to_bf16_values(k_cache_[zu(l)].host_data(), k_cache_[zu(l)].size());
     if (!model_.is_mla())
-      detail::round_to_kv_storage(v_cache_[zu(l)].host_data(), v_cache_[zu(l)].size());
+      detail::round_to_bf16_values(v_cache_[zu(l)].host_data(), v_cache_[zu(l)].size());
   }
 }
 
@@ -427,8 +432,8 @@ void CpuDecodeEngine::attention_gqa(int l, const float* h, float* x, StepStats& 
   {
     HISPARSE_RANGE("append", Phase::append);
     PhaseTimer t(stats, "append");
-    detail::round_to_kv_storage(k.data(), k.size());  // the new row as the cache holds it
-    detail::round_to_kv_storage(v.data(), v.size());
+    detail::round_to_bf16_values(k.data(), k.size());  // the new row as the cache holds it
+    detail::round_to_bf16_values(v.data(), v.size());
     for (int b = 0; b < batch_; ++b)
       for (int g = 0; g < kvh; ++g) {
         const size_t row = (zu(b) * zu(kvh) + zu(g)) * zu(capacity_) + zu(pos);
@@ -589,7 +594,7 @@ void CpuDecodeEngine::attention_mla(int l, const float* h, float* x, StepStats& 
   {
     HISPARSE_RANGE("append", Phase::append);
     PhaseTimer t(stats, "append");
-    detail::round_to_kv_storage(kv.data(), kv.size());  // the new row as the cache holds it
+    detail::round_to_bf16_values(kv.data(), kv.size());  // the new row as the cache holds it
     for (int b = 0; b < batch_; ++b)
       std::copy_n(kv.data() + zu(b) * zu(row), row,
                   k_cache_[zu(l)].host_data() + (zu(b) * zu(capacity_) + zu(pos)) * zu(row));

@@ -176,7 +176,12 @@ ModelWeights::ModelWeights(const ModelSpec& model, bool shared_layers) {
                               shape_text(it->second->shape)),
                   fmt::format("use weights made for {} ({}) or fix the model YAML {}", model.name,
                               model.source.string(), "shapes"));
-    tensors_[entry.name] = read_safetensors_floats(index, entry);
+    std::vector<float> values = read_safetensors_floats(index, entry);
+    // The engines run linear layers in bf16: a wider checkpoint's values are rounded once here,
+    // so that both backends multiply by the same weights.
+    if (it->second->init == TensorSpec::Init::linear)
+      for (float& v : values) v = bf16_to_float(float_to_bf16(v));
+    tensors_[entry.name] = std::move(values);
     loaded_.push_back(entry.name);
   }
 }

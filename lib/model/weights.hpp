@@ -4,6 +4,8 @@
 //
 // Synthetic values: normal(0, 1) / sqrt(fan_in) rounded through bf16 (the values a bf16
 // checkpoint holds), so activations stay O(1) through the layers; norm weights are 1, biases 0.
+// Linear tensors read from a checkpoint are rounded to bf16 too: the engines run linear layers
+// with bf16 weights and bf16-rounded activations (kernels/gemm/gemm.hpp).
 //
 // Tensor names (Hugging Face style; {i} = layer, {e} = local expert 0 .. experts_held - 1):
 //   model.embed_tokens.weight [vocab, hidden]     model.norm.weight [hidden]

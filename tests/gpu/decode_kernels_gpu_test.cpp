@@ -16,6 +16,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/dtypes.hpp"
+#include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/stream.hpp"
 #include "kernels/attention/decode_attention.hpp"
@@ -117,6 +118,46 @@ TEST_F(DecodeKernelsGpu, GemmMatchesTheTwinWithStridesAlphaAndBeta) {
     EXPECT_LT(scaled_error(got, std::vector<float>(y.host(), y.host() + got.size())), 1e-5)
         << m << "x" << n << "x" << k;
   }
+}
+
+TEST_F(DecodeKernelsGpu, Bf16WeightGemmMatchesTheTwin) {
+  std::mt19937 rng(2);
+  for (int trial = 0; trial < 8; ++trial) {
+    const int m = 1 + static_cast<int>(rng() % 17), n = 8 * (1 + static_cast<int>(rng() % 60)),
+              k = 8 * (1 + static_cast<int>(rng() % 90));
+    const int ldx = k + 8 * static_cast<int>(rng() % 2);
+    const float beta = trial % 2 ? 1.0f : 0.0f;
+    Mirror<float> x(normal(static_cast<std::size_t>(m) * ldx, rng));
+    std::vector<std::uint16_t> wb(static_cast<std::size_t>(n) * k);
+    const auto wf = normal(wb.size(), rng, 0.05f);
+    std::transform(wf.begin(), wf.end(), wb.begin(), float_to_bf16);
+    Mirror<std::uint16_t> w(wb),
+        scratch(std::vector<std::uint16_t>(static_cast<std::size_t>(m) * k));
+    Mirror<float> y(normal(static_cast<std::size_t>(m) * n, rng));
+    kernels::GemmArgs a;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.ldx = ldx;
+    a.beta = beta;
+    a.x = x.dev();
+    a.w_bf16 = w.dev();
+    a.x_bf16 = scratch.dev();
+    a.y = y.dev();
+    kernels::launch_gemm(a, s());
+    const auto got = y.fetch();
+    a.x = x.host();
+    a.w_bf16 = w.host();
+    a.x_bf16 = nullptr;
+    a.y = y.host();
+    kernels::gemm_ref(a);
+    EXPECT_LT(scaled_error(got, std::vector<float>(y.host(), y.host() + got.size())), 1e-5)
+        << m << "x" << n << "x" << k;
+  }
+  kernels::GemmArgs no_scratch;
+  no_scratch.m = no_scratch.n = no_scratch.k = 8;
+  no_scratch.w_bf16 = reinterpret_cast<const std::uint16_t*>(16);
+  EXPECT_THROW(kernels::launch_gemm(no_scratch, s()), Error);
 }
 
 TEST_F(DecodeKernelsGpu, RmsNormSwigluAndRopeMatchTheTwin) {

@@ -30,6 +30,23 @@ TEST(KernelsGemm, LinearLayerByHand) {
   EXPECT_EQ(y, (std::vector<float>{-4, 6, -4, 15}));
 }
 
+TEST(KernelsGemm, Bf16WeightsRoundTheActivationsByHand) {
+  // x = 1 + 2^-8 rounds to 1 and 3 + 2^-7 to 3 (both halfway, ties to even):
+  // y = 1 * 2 + 3 * 0.5 = 3.5 with bf16 activations (3.51171875 in fp32).
+  const std::vector<float> x{1.00390625f, 3.0078125f};
+  const std::vector<std::uint16_t> w{0x4000, 0x3f00};  // 2, 0.5
+  std::vector<float> y(1, 0.0f);
+  GemmArgs a;
+  a.x = x.data();
+  a.w_bf16 = w.data();
+  a.y = y.data();
+  a.m = 1;
+  a.n = 1;
+  a.k = 2;
+  gemm_ref(a);
+  EXPECT_EQ(y[0], 3.5f);
+}
+
 TEST(KernelsGemm, LeadingDimensionsAndBlockingMatchNaiveSums) {
   const int m = 3, n = 130, k = 17, ldx = 20;
   std::vector<float> x(m * ldx), w(n * k), y(m * n);

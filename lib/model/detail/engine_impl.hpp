@@ -81,9 +81,9 @@ class EngineImpl {
                                                            int element_bytes = 4);
 };
 
-/// Both engines hold KV rows as bf16 (the CPU engine as floats with bf16 values): `n` floats
-/// rounded in place, as a row is written to the cache.
-inline void round_to_kv_storage(float* x, std::size_t n) noexcept {
+/// `n` floats rounded to bf16 values in place: both engines hold KV rows as bf16 (the CPU engine as
+/// floats with bf16 values) and feed linear layers bf16 activations.
+inline void round_to_bf16_values(float* x, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
 }
 
