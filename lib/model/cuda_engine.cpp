@@ -147,12 +147,16 @@ class CudaDecodeEngine final : public EngineImpl {
     return weight(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
   }
   [[nodiscard]] const float* weight(const std::string& name) const;
-  /// A linear layer's weights (bf16; every linear tensor but the embedding and kv_b_proj, which
-  /// non-GEMM kernels read as floats).
-  [[nodiscard]] const std::uint16_t* wl(int layer, std::string_view suffix) const {
-    return weight_bf16(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
+  /// A linear layer's weights: fp32, or bf16 with EngineConfig::bf16_gemm (every linear tensor
+  /// but the embedding and kv_b_proj, which non-GEMM kernels read as floats).
+  struct LinearWeight {
+    const float* f32 = nullptr;
+    const std::uint16_t* bf16 = nullptr;
+  };
+  [[nodiscard]] LinearWeight wl(int layer, std::string_view suffix) const {
+    return linear_weight(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
   }
-  [[nodiscard]] const std::uint16_t* weight_bf16(const std::string& name) const;
+  [[nodiscard]] LinearWeight linear_weight(const std::string& name) const;
   [[nodiscard]] int indexer_layer(int layer) const {
     return layer - layer % model_.indexer.every_n_layers;
   }
@@ -178,8 +182,8 @@ class CudaDecodeEngine final : public EngineImpl {
   [[nodiscard]] bool values_on_gpu(int l) const {
     return !model_.is_mla() && (!hot_rows_ || samples_quality(l));
   }
-  void linear(const float* x, const std::uint16_t* wt, float* y, int m, int n, int k,
-              float beta = 0.0f, int ldy = 0, int ldx = 0) const;
+  void linear(const float* x, LinearWeight wt, float* y, int m, int n, int k, float beta = 0.0f,
+              int ldy = 0, int ldx = 0) const;
   void rmsnorm(const float* x, const float* weight, float* y, int rows, int n, int ld = 0) const;
   void rope(float* x, int heads, int head_stride, int offset, int dim, int row_stride = 0) const;
   /// The workload's queries of `layer` for this step into workload_q_ (its index queries into
@@ -328,24 +332,26 @@ const float* CudaDecodeEngine::weight(const std::string& name) const {
   return it->second.device_data();
 }
 
-const std::uint16_t* CudaDecodeEngine::weight_bf16(const std::string& name) const {
+CudaDecodeEngine::LinearWeight CudaDecodeEngine::linear_weight(const std::string& name) const {
+  if (!config_.bf16_gemm) return {weight(name), nullptr};
   const auto it = weights_bf16_.find(name);
   if (it == weights_bf16_.end())
     throw Error(fmt::format("model {}", model_.name), fmt::format("no bf16 tensor {}", name),
-                "report this: the CUDA engine holds every linear tensor but the embedding and "
-                "kv_b_proj in bf16");
-  return it->second.device_data();
+                "report this: with bf16_gemm the CUDA engine holds every linear tensor but the "
+                "embedding and kv_b_proj in bf16");
+  return {nullptr, it->second.device_data()};
 }
 
-// Linear tensors go up as bf16 (ModelWeights holds bf16 values, so the conversion is exact), the
-// rest as floats. The widest k of a linear layer sizes the GEMMs' bf16 activation scratch.
+// With bf16_gemm, linear tensors go up as bf16 (ModelWeights holds bf16 values, so the conversion
+// is exact); the rest, and everything without it, as floats. The widest k of a linear layer sizes the GEMMs' bf16 activation scratch.
 void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
   HISPARSE_FUNC_RANGE();
   std::int64_t widest_k = 1;
   std::vector<std::uint16_t> bf16;
   for (const TensorSpec& t : expected_tensors(model_, config_.share_layer_weights)) {
     const float* values = host.get(t.name);
-    const bool gemm = t.init == TensorSpec::Init::linear && t.name != "model.embed_tokens.weight" &&
+    const bool gemm = config_.bf16_gemm && t.init == TensorSpec::Init::linear &&
+                      t.name != "model.embed_tokens.weight" &&
                       !t.name.ends_with("kv_b_proj.weight");
     if (!gemm) {
       auto buf = Buffer<float>::device(zu(t.elements()), Backend::cuda, "model weights");
@@ -360,7 +366,8 @@ void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
     copy_bytes(buf.device_data(), bf16.data(), bf16.size() * sizeof(std::uint16_t), Backend::cuda);
     weights_bf16_.emplace(t.name, std::move(buf));
   }
-  gemm_x_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k, "GEMM activations (bf16)");
+  if (config_.bf16_gemm)
+    gemm_x_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k, "GEMM activations (bf16)");
 }
 
 template <class T>
@@ -589,12 +596,13 @@ std::vector<float> CudaDecodeEngine::download(const std::vector<Buffer<float>>& 
   return out;
 }
 
-void CudaDecodeEngine::linear(const float* x, const std::uint16_t* wt, float* y, int m, int n,
-                              int k, float beta, int ldy, int ldx) const {
+void CudaDecodeEngine::linear(const float* x, LinearWeight wt, float* y, int m, int n, int k,
+                              float beta, int ldy, int ldx) const {
   kernels::GemmArgs a;
   a.x = x;
-  a.w_bf16 = wt;
-  a.x_bf16 = gemm_x_.device_data();
+  a.w = wt.f32;
+  a.w_bf16 = wt.bf16;
+  a.x_bf16 = wt.bf16 ? gemm_x_.device_data() : nullptr;
   a.y = y;
   a.m = m;
   a.n = n;
@@ -747,7 +755,7 @@ StepStats CudaDecodeEngine::step() {
     HISPARSE_RANGE("lm_head", Phase::lm_head);
     GpuPhaseClock::Scope t(clock_, "lm_head");
     rmsnorm(x_.device_data(), weight("model.norm.weight"), h_.device_data(), batch_, H);
-    linear(h_.device_data(), weight_bf16("lm_head.weight"), logits_.device_data(), batch_,
+    linear(h_.device_data(), linear_weight("lm_head.weight"), logits_.device_data(), batch_,
            model_.vocab, H);
     kernels::ArgmaxArgs am;
     am.x = logits_.device_data();

@@ -60,15 +60,19 @@ void blend_query(float* workload_q, const float* model_q, int n, float share) {
   for (int i = 0; i < n; ++i) workload_q[i] += gain * model_q[i];
 }
 
-// A linear layer as a bf16 deployment runs it (the CUDA engine's bf16 GEMM): the weights hold bf16
-// values already (ModelWeights), the activations are rounded to bf16, the sum is fp32.
-void linear(const float* x, const float* w, float* y, int m, int n, int k, float beta = 0.0f,
-            int ldy = 0, float alpha = 1.0f) {
+// A linear layer. With bf16_gemm, as a bf16 deployment runs it (the CUDA engine's bf16 GEMM): the
+// weights hold bf16 values already (ModelWeights), the activations are rounded to bf16, the sum
+// is fp32.
+void linear(bool bf16_gemm, const float* x, const float* w, float* y, int m, int n, int k,
+            float beta = 0.0f, int ldy = 0, float alpha = 1.0f) {
   thread_local std::vector<float> rounded;
-  rounded.assign(x, x + static_cast<std::size_t>(m) * static_cast<std::size_t>(k));
-  detail::round_to_bf16_values(rounded.data(), rounded.size());
+  if (bf16_gemm) {
+    rounded.assign(x, x + static_cast<std::size_t>(m) * static_cast<std::size_t>(k));
+    detail::round_to_bf16_values(rounded.data(), rounded.size());
+    x = rounded.data();
+  }
   kernels::GemmArgs a;
-  a.x = rounded.data();
+  a.x = x;
   a.w = w;
   a.y = y;
   a.m = m;
@@ -369,7 +373,8 @@ StepStats CpuDecodeEngine::step() {
     PhaseTimer t(stats, "lm_head");
     rmsnorm(x.data(), weights_.get("model.norm.weight"), h.data(), batch_, H, model_.norm_eps);
     std::vector<float> logits(zu(batch_) * zu(model_.vocab));
-    linear(h.data(), weights_.get("lm_head.weight"), logits.data(), batch_, model_.vocab, H);
+    linear(config_.bf16_gemm, h.data(), weights_.get("lm_head.weight"), logits.data(), batch_,
+           model_.vocab, H);
     stats.next_tokens.resize(zu(batch_));
     for (int b = 0; b < batch_; ++b) {
       const float* row = logits.data() + zu(b) * zu(model_.vocab);
@@ -395,9 +400,9 @@ void CpuDecodeEngine::attention_gqa(int l, const float* h, float* x, StepStats& 
   {
     HISPARSE_RANGE("qkv", Phase::gemm);
     PhaseTimer t(stats, "attention");
-    linear(h, w(l, "self_attn.q_proj.weight"), q.data(), batch_, qh * hd, H);
-    linear(h, w(l, "self_attn.k_proj.weight"), k.data(), batch_, kvh * hd, H);
-    linear(h, w(l, "self_attn.v_proj.weight"), v.data(), batch_, kvh * hd, H);
+    linear(config_.bf16_gemm, h, w(l, "self_attn.q_proj.weight"), q.data(), batch_, qh * hd, H);
+    linear(config_.bf16_gemm, h, w(l, "self_attn.k_proj.weight"), k.data(), batch_, kvh * hd, H);
+    linear(config_.bf16_gemm, h, w(l, "self_attn.v_proj.weight"), v.data(), batch_, kvh * hd, H);
     if (s.qk_norm) {
       rmsnorm(q.data(), w(l, "self_attn.q_norm.weight"), q.data(), batch_ * qh, hd,
               model_.norm_eps);
@@ -532,7 +537,8 @@ void CpuDecodeEngine::attention_gqa(int l, const float* h, float* x, StepStats& 
   measure_quality(l, a, out.data(), kvh, stats);
   HISPARSE_RANGE("o_proj", Phase::gemm);
   PhaseTimer t(stats, "attention");
-  linear(out.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, qh * hd, 1.0f);
+  linear(config_.bf16_gemm, out.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, qh * hd,
+         1.0f);
   last_attention_[zu(l)] = std::move(out);
 }
 
@@ -549,12 +555,14 @@ void CpuDecodeEngine::attention_mla(int l, const float* h, float* x, StepStats& 
   {
     HISPARSE_RANGE("q_kv", Phase::gemm);
     PhaseTimer t(stats, "attention");
-    linear(h, w(l, "self_attn.q_a_proj.weight"), q_a.data(), batch_, s.q_lora_rank, H);
+    linear(config_.bf16_gemm, h, w(l, "self_attn.q_a_proj.weight"), q_a.data(), batch_,
+           s.q_lora_rank, H);
     rmsnorm(q_a.data(), w(l, "self_attn.q_a_layernorm.weight"), q_a.data(), batch_, s.q_lora_rank,
             model_.norm_eps);
-    linear(q_a.data(), w(l, "self_attn.q_b_proj.weight"), q.data(), batch_, heads * qk,
-           s.q_lora_rank);
-    linear(h, w(l, "self_attn.kv_a_proj_with_mqa.weight"), kv.data(), batch_, row, H);
+    linear(config_.bf16_gemm, q_a.data(), w(l, "self_attn.q_b_proj.weight"), q.data(), batch_,
+           heads * qk, s.q_lora_rank);
+    linear(config_.bf16_gemm, h, w(l, "self_attn.kv_a_proj_with_mqa.weight"), kv.data(), batch_,
+           row, H);
     rmsnorm(kv.data(), w(l, "self_attn.kv_a_layernorm.weight"), kv.data(), batch_, lora,
             model_.norm_eps, row);
     kernels::RopeArgs r;
@@ -642,10 +650,11 @@ void CpuDecodeEngine::attention_mla(int l, const float* h, float* x, StepStats& 
   std::vector<float> o(zu(batch_) * zu(heads) * zu(vd));
   for (int b = 0; b < batch_; ++b)
     for (int hh = 0; hh < heads; ++hh)
-      linear(lat.data() + (zu(b) * zu(heads) + zu(hh)) * zu(lora),
+      linear(false, lat.data() + (zu(b) * zu(heads) + zu(hh)) * zu(lora),
              kv_b + (zu(hh) * zu(nope + vd) + zu(nope)) * zu(lora),
              o.data() + (zu(b) * zu(heads) + zu(hh)) * zu(vd), 1, vd, lora);
-  linear(o.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, heads * vd, 1.0f);
+  linear(config_.bf16_gemm, o.data(), w(l, "self_attn.o_proj.weight"), x, batch_, H, heads * vd,
+         1.0f);
   last_attention_[zu(l)] = std::move(lat);
 }
 
@@ -660,7 +669,8 @@ void CpuDecodeEngine::select_dsa(int l, const float* h, const float* q_a, StepSt
   {
     HISPARSE_RANGE("indexer_proj", Phase::indexer);
     PhaseTimer t(stats, "indexer");
-    linear(h, w(l, "self_attn.indexer.wk.weight"), k.data(), batch_, ix.head_dim, H);
+    linear(config_.bf16_gemm, h, w(l, "self_attn.indexer.wk.weight"), k.data(), batch_, ix.head_dim,
+           H);
     rmsnorm(k.data(), w(l, "self_attn.indexer.k_norm.weight"), k.data(), batch_, ix.head_dim,
             model_.norm_eps);
     const float* bias = w(l, "self_attn.indexer.k_norm.bias");
@@ -683,9 +693,10 @@ void CpuDecodeEngine::select_dsa(int l, const float* h, const float* q_a, StepSt
   {
     HISPARSE_RANGE("indexer", Phase::indexer);
     PhaseTimer t(stats, "indexer");
-    linear(q_a, w(l, "self_attn.indexer.wq_b.weight"), q.data(), batch_, ix.heads * ix.head_dim,
-           model_.mla.q_lora_rank);
-    linear(h, w(l, "self_attn.indexer.weights_proj.weight"), wts.data(), batch_, ix.heads, H);
+    linear(config_.bf16_gemm, q_a, w(l, "self_attn.indexer.wq_b.weight"), q.data(), batch_,
+           ix.heads * ix.head_dim, model_.mla.q_lora_rank);
+    linear(config_.bf16_gemm, h, w(l, "self_attn.indexer.weights_proj.weight"), wts.data(), batch_,
+           ix.heads, H);
     std::vector<float> wl(zu(ix.heads) * zu(ix.head_dim));
     for (int b = 0; b < batch_; ++b) {
       workload_.index_queries(b, l, step_, wl.data());
@@ -730,10 +741,10 @@ void CpuDecodeEngine::ffn(int l, const float* h, float* x) {
   const int H = model_.hidden;
   auto swiglu = [&](const float* in, int rows, const std::string& prefix, int width) {
     std::vector<float> gate_up(zu(rows) * 2 * zu(width)), act(zu(rows) * zu(width));
-    linear(in, w(l, (prefix + "gate_proj.weight").c_str()), gate_up.data(), rows, width, H, 0.0f,
-           2 * width);
-    linear(in, w(l, (prefix + "up_proj.weight").c_str()), gate_up.data() + width, rows, width, H,
-           0.0f, 2 * width);
+    linear(config_.bf16_gemm, in, w(l, (prefix + "gate_proj.weight").c_str()), gate_up.data(), rows,
+           width, H, 0.0f, 2 * width);
+    linear(config_.bf16_gemm, in, w(l, (prefix + "up_proj.weight").c_str()), gate_up.data() + width,
+           rows, width, H, 0.0f, 2 * width);
     kernels::SwigluArgs s;
     s.gate_up = gate_up.data();
     s.out = act.data();
@@ -744,13 +755,14 @@ void CpuDecodeEngine::ffn(int l, const float* h, float* x) {
   };
   if (model_.ffn.kind == FfnKind::dense || l < model_.ffn.first_dense_layers) {
     const auto act = swiglu(h, batch_, "mlp.", model_.ffn.dense_width);
-    linear(act.data(), w(l, "mlp.down_proj.weight"), x, batch_, H, model_.ffn.dense_width, 1.0f);
+    linear(config_.bf16_gemm, act.data(), w(l, "mlp.down_proj.weight"), x, batch_, H,
+           model_.ffn.dense_width, 1.0f);
     return;
   }
   const FfnShape& f = model_.ffn;
   // Router over this rank's experts (rows 0 .. experts_held-1 of the gate).
   std::vector<float> logits(zu(batch_) * zu(f.experts_held));
-  linear(h, w(l, "mlp.gate.weight"), logits.data(), batch_, f.experts_held, H);
+  linear(config_.bf16_gemm, h, w(l, "mlp.gate.weight"), logits.data(), batch_, f.experts_held, H);
   for (int b = 0; b < batch_; ++b) {
     const float* lg = logits.data() + zu(b) * zu(f.experts_held);
     std::vector<int> order(zu(f.experts_held));
@@ -764,14 +776,15 @@ void CpuDecodeEngine::ffn(int l, const float* h, float* x) {
     for (int e : order) {
       const std::string prefix = fmt::format("mlp.experts.{}.", e);
       const auto act = swiglu(hb, 1, prefix, f.expert_width);
-      linear(act.data(), w(l, (prefix + "down_proj.weight").c_str()), x + zu(b) * zu(H), 1, H,
-             f.expert_width, 1.0f, 0, std::exp(lg[e] - mx) / denom);
+      linear(config_.bf16_gemm, act.data(), w(l, (prefix + "down_proj.weight").c_str()),
+             x + zu(b) * zu(H), 1, H, f.expert_width, 1.0f, 0, std::exp(lg[e] - mx) / denom);
     }
   }
   if (f.shared_experts > 0) {
     const int width = f.shared_experts * f.expert_width;
     const auto act = swiglu(h, batch_, "mlp.shared_experts.", width);
-    linear(act.data(), w(l, "mlp.shared_experts.down_proj.weight"), x, batch_, H, width, 1.0f);
+    linear(config_.bf16_gemm, act.data(), w(l, "mlp.shared_experts.down_proj.weight"), x, batch_, H,
+           width, 1.0f);
   }
 }
 

@@ -68,6 +68,10 @@ struct EngineConfig {
   bool quality_metrics = true;  ///< measure recall / attention error on sampled layers
   /// Synthetic weights of one representative layer serve every layer (weight_source_layer)
   bool share_layer_weights = false;
+  /// Linear layers with bf16 weights and bf16-rounded activations (a bf16 deployment's GEMMs, half
+  /// the weight bytes, tensor cores); false: fp32 GEMMs, whose CUDA results follow the CPU
+  /// engine's within float rounding (bf16 rounding turns such differences into 2^-8 steps)
+  bool bf16_gemm = false;
 };
 
 /// What one step did. Byte counts are those of the deployment's row layout (model.kv_row_bytes():

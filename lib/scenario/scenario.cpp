@@ -379,7 +379,9 @@ class ScenarioParser {
     if (!n.IsMap())
       throw Error(r_.where("deployment", n), "expected a mapping",
                   "write e.g. 'deployment: {share_layer_weights: true, gpu_memory_gib: 141}'");
-    r_.known_keys(n, "deployment", {"share_layer_weights", "gpu_memory_gib"});
+    r_.known_keys(n, "deployment", {"share_layer_weights", "gpu_memory_gib", "gemm_dtype"});
+    if (n["gemm_dtype"])
+      d.gemm_dtype = r_.choice(n["gemm_dtype"], "deployment.gemm_dtype", {"fp32", "bf16"});
     if (n["share_layer_weights"])
       d.share_layer_weights =
           r_.boolean(n["share_layer_weights"], "deployment.share_layer_weights");
@@ -508,6 +510,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
                                 : s.fathom.head_budgets;
     c.workload = s.workload;
     c.share_layer_weights = s.deployment.share_layer_weights;
+    c.bf16_gemm = s.deployment.gemm_dtype == "bf16";
     c.quality_metrics = s.quality_metrics;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
@@ -716,9 +719,11 @@ nlohmann::json Scenario::to_json() const {
   j["trace"] = {{"enabled", trace.enabled}, {"steps", trace.steps}};
   // Only when not the default: results recorded before the keys existed compare equal (the gate).
   if (!quality_metrics) j["quality_metrics"] = false;
-  if (deployment.share_layer_weights || deployment.gpu_memory_gib > 0)
+  if (deployment.share_layer_weights || deployment.gpu_memory_gib > 0 ||
+      deployment.gemm_dtype != "fp32")
     j["deployment"] = {{"share_layer_weights", deployment.share_layer_weights},
-                       {"gpu_memory_gib", deployment.gpu_memory_gib}};
+                       {"gpu_memory_gib", deployment.gpu_memory_gib},
+                       {"gemm_dtype", deployment.gemm_dtype}};
   j["fathom"] = {
       {"klt", fathom.klt},
       {"rule", fathom::plan_rule_name(fathom.rule)},

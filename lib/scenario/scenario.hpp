@@ -67,6 +67,10 @@
 //     gpu_memory_gib: 0         # GPU memory admission plans against (the model's full weight
 //                               # bytes come off it), e.g. 141 for an H200 deployment run on an
 //                               # 80 GB GPU with shared weights; 0 = the device's own [0]
+//     gemm_dtype: fp32          # fp32 | bf16: linear layers with bf16 weights and bf16-rounded
+//                               # activations (a bf16 deployment: half the weight bytes, tensor
+//                               # cores); fp32 keeps the CUDA engine within float rounding of the
+//                               # CPU engine [fp32]
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -120,6 +124,8 @@ struct DeploymentSpec {
   bool share_layer_weights = false;
   /// The deployment GPU's memory in GiB that admission plans against; 0: the device's own
   double gpu_memory_gib = 0;
+  /// "fp32" or "bf16": EngineConfig::bf16_gemm
+  std::string gemm_dtype = "fp32";
 };
 
 struct FathomSpec {

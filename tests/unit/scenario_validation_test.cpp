@@ -73,6 +73,7 @@ TEST(ScenarioValidation, DeploymentKeysReachThePointsAndTheResults) {
       "name: a\nmodel: tiny-dsa\ndeployment: {share_layer_weights: true, gpu_memory_gib: 141}\n",
       "s.yaml");
   EXPECT_TRUE(s.expand().front().config.share_layer_weights);
+  EXPECT_FALSE(s.expand().front().config.bf16_gemm);
   EXPECT_EQ(s.deployment.gpu_memory_gib, 141.0);
   EXPECT_EQ(s.to_json()["deployment"]["gpu_memory_gib"], 141.0);
   const Scenario plain = parse_scenario("name: a\nmodel: tiny-dsa\n", "s.yaml");
@@ -81,12 +82,18 @@ TEST(ScenarioValidation, DeploymentKeysReachThePointsAndTheResults) {
   const Scenario set = parse_scenario("name: a\nmodel: tiny-dsa\n", "s.yaml",
                                       {"deployment.share_layer_weights=true"});
   EXPECT_TRUE(set.expand().front().config.share_layer_weights);
+  const Scenario bf16 =
+      parse_scenario("name: a\nmodel: tiny-dsa\ndeployment: {gemm_dtype: bf16}\n", "s.yaml");
+  EXPECT_TRUE(bf16.expand().front().config.bf16_gemm);
+  EXPECT_EQ(bf16.to_json()["deployment"]["gemm_dtype"], "bf16");
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {gemm_dtype: fp16}\n"),
+            "s.yaml:3:26: deployment.gemm_dtype: unknown value 'fp16'; did you mean 'fp32'?");
   EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {gpu_memory_gib: -1}\n"),
             "s.yaml:3:30: deployment.gpu_memory_gib: -1 is out of range; use a value from 0 to "
             "1000000");
   EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {share_weights: true}\n"),
             "s.yaml:3:14: deployment.share_weights: unknown key; use one of share_layer_weights, "
-            "gpu_memory_gib");
+            "gpu_memory_gib, gemm_dtype");
 }
 
 TEST(ScenarioValidation, FathomCentreKeysReachesEveryPointAndTheResults) {
