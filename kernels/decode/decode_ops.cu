@@ -129,6 +129,12 @@ __global__ void store_bf16_rows_kernel(StoreBf16RowsArgs a) {
   }
 }
 
+__global__ void mark_non_finite_kernel(MarkNonFiniteArgs a) {
+  HISPARSE_GRID_STRIDE(i, a.n) {
+    if (!isfinite(a.x[i])) atomicMin(a.first_site, a.site);  // rare: one atomic per bad value
+  }
+}
+
 __global__ void indexer_head_weights_kernel(IndexerHeadWeightsArgs a) {
   HISPARSE_GRID_STRIDE(i, static_cast<std::int64_t>(a.rows) * a.heads) {
     a.w[i] = (1.0f + a.share * tanhf(a.w[i])) / static_cast<float>(a.heads);
@@ -222,6 +228,11 @@ void launch_store_bf16_rows(const StoreBf16RowsArgs& a, cudaStream_t s) {
   if (a.rows <= 0 || a.width <= 0) return;
   store_bf16_rows_kernel<<<blocks_for(static_cast<std::int64_t>(a.rows) * a.width), kThreads, 0,
                            s>>>(a);
+  HISPARSE_CUDA_CHECK_LAUNCH();
+}
+void launch_mark_non_finite(const MarkNonFiniteArgs& a, cudaStream_t s) {
+  if (a.n <= 0) return;
+  mark_non_finite_kernel<<<blocks_for(a.n), kThreads, 0, s>>>(a);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 void launch_argmax(const ArgmaxArgs& a, cudaStream_t s) {

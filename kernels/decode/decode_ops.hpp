@@ -1,6 +1,7 @@
 // The small steps of a decode step that are not a GEMM, a norm or attention: the embedding gather,
 // mixing a workload's queries with the model's, MLA's per-head absorption and up-projection, the
-// MoE router's choice, row scaling, bias, the greedy argmax and the hot-buffer slot numbering.
+// MoE router's choice, row scaling, bias, the greedy argmax, the hot-buffer slot numbering and the
+// non-finite check of --verify.
 // Each has a CPU twin (the DecodeEngine's CPU arithmetic) and a CUDA launcher; all pointers are
 // device memory on CUDA.
 #pragma once
@@ -122,6 +123,16 @@ struct StoreBf16RowsArgs {
   std::int64_t dst_stride = 0;  ///< elements between dst rows (0: width)
 };
 
+/// Numerical health: *first_site = min(*first_site, site) when any of the n floats of x is NaN or
+/// Inf. A step numbers its check points in order, so the smallest marked site is where a
+/// non-finite value first appeared; *first_site starts at INT_MAX.
+struct MarkNonFiniteArgs {
+  const float* x = nullptr;
+  std::int64_t n = 0;
+  int site = 0;
+  int* first_site = nullptr;  ///< one int
+};
+
 #if HISPARSE_WITH_CUDA
 void launch_gather_rows(const GatherRowsArgs& args, cudaStream_t stream);
 void launch_blend_queries(const BlendQueriesArgs& args, cudaStream_t stream);
@@ -134,6 +145,7 @@ void launch_indexer_head_weights(const IndexerHeadWeightsArgs& args, cudaStream_
 void launch_argmax(const ArgmaxArgs& args, cudaStream_t stream);
 void launch_slots_from_physical(const SlotsFromPhysicalArgs& args, cudaStream_t stream);
 void launch_store_bf16_rows(const StoreBf16RowsArgs& args, cudaStream_t stream);
+void launch_mark_non_finite(const MarkNonFiniteArgs& args, cudaStream_t stream);
 #endif
 void gather_rows_ref(const GatherRowsArgs& args);
 void blend_queries_ref(const BlendQueriesArgs& args);
@@ -146,5 +158,6 @@ void indexer_head_weights_ref(const IndexerHeadWeightsArgs& args);
 void argmax_ref(const ArgmaxArgs& args);
 void slots_from_physical_ref(const SlotsFromPhysicalArgs& args);
 void store_bf16_rows_ref(const StoreBf16RowsArgs& args);
+void mark_non_finite_ref(const MarkNonFiniteArgs& args);
 
 }  // namespace hisparse::kernels

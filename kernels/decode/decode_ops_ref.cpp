@@ -102,6 +102,14 @@ void store_bf16_rows_ref(const StoreBf16RowsArgs& a) {
     }
 }
 
+void mark_non_finite_ref(const MarkNonFiniteArgs& a) {
+  for (std::int64_t i = 0; i < a.n; ++i)
+    if (!std::isfinite(a.x[i])) {
+      *a.first_site = std::min(*a.first_site, a.site);
+      return;
+    }
+}
+
 void indexer_head_weights_ref(const IndexerHeadWeightsArgs& a) {
   for (int i = 0; i < a.rows * a.heads; ++i)
     a.w[i] = (1.0f + a.share * std::tanh(a.w[i])) / static_cast<float>(a.heads);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <new>
 #include <utility>
 #include <vector>
@@ -144,8 +145,8 @@ PointMetrics Runner::run(const ModelSpec& model, EngineConfig config, const Poin
     };
     Measured once;
     try {
-      once = run_once(model, config, warmup_steps, decode_steps, counted,
-                      r + 1 == repetitions ? inspect : Inspect{});
+      once = run_once(model, config, warmup_steps, decode_steps, r == 0 ? plan.verify_every : 0,
+                      counted, r + 1 == repetitions ? inspect : Inspect{});
     } catch (const OutOfMemoryError& e) {
       throw out_of_memory(e, model, config);
     } catch (const std::bad_alloc&) {  // a container of the engine, not one of its buffers
@@ -238,7 +239,7 @@ Error Runner::out_of_memory(const OutOfMemoryError& e, const ModelSpec& model,
 }
 
 Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, int warmup_steps,
-                                  int decode_steps, const Progress& progress,
+                                  int decode_steps, int verify_every, const Progress& progress,
                                   const Inspect& inspect) const {
   Measured measured;
   PointMetrics& m = measured.metrics;
@@ -259,7 +260,10 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
   const int total = warmup_steps + decode_steps;
   config.max_decode_steps = std::max(config.max_decode_steps, total);
 
+  if (verify_every > 0) config = PipelineVerifier::checked(config);
   DecodeEngine engine(model, config);
+  std::unique_ptr<PipelineVerifier> verifier;
+  if (verify_every > 0) verifier = std::make_unique<PipelineVerifier>(model, config, verify_every);
   m.gpu_bytes_per_request = engine.gpu_bytes_per_request();
   m.workload_notes = engine.workload_notes();
   if (config.share_layer_weights)
@@ -272,6 +276,7 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
   const bool wall_clock = backend_ == Backend::cpu;
   m.timing = wall_clock ? "cpu wall clock per step (CPU backend, not GPU figures)"
                         : "cuda events per step (DecodeEngine StepStats)";
+  if (verifier) m.timing += ", with --verify's non-finite checks";
   std::vector<double>& step_ms = measured.step_ms;
   std::vector<double> recalls, errors;
   std::map<std::string, std::vector<double>>& phases = measured.phases;
@@ -282,6 +287,7 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats st = engine.step();
     const auto t1 = std::chrono::steady_clock::now();
+    if (verifier) verifier->after_step(s, engine, st);
     if (s >= warmup_steps) {
       // The quality measurement (a dense pass on sampled layers) is not part of the step.
       step_ms.push_back(wall_clock ? std::chrono::duration<double, std::milli>(t1 - t0).count() -
@@ -314,6 +320,7 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
   }
   if (!recalls.empty()) m.selection_recall = percentile(recalls, 50);
   if (!errors.empty()) m.attention_rel_error = percentile(errors, 50);
+  if (verifier) m.verify = verifier->report();
   analyse_policy(engine, config, m);
   m.policy_steps = engine.hot_slots() > 0 ? total : 0;
   if (inspect) inspect(engine);
@@ -375,6 +382,7 @@ void to_json(nlohmann::json& j, const PointMetrics& m) {
       {"planned_host_bytes_per_request", m.planned_host_bytes_per_request},
       {"workload_notes", m.workload_notes},
       {"next_tokens_digest", m.next_tokens_digest}};
+  if (m.verify) j["verify"] = *m.verify;
   if (m.repetitions > 1)
     j["repetitions"] = {{"count", m.repetitions},
                         {"output_tokens_per_s", m.repetition_tokens_per_s},

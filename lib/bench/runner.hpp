@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/pipeline_verifier.hpp"
 #include "bench/statistics.hpp"
 #include "core/device.hpp"
 #include "core/error.hpp"
@@ -76,6 +78,8 @@ struct PointMetrics {
   int repetitions = 1;
   std::vector<double> repetition_tokens_per_s;
   std::vector<double> repetition_step_ms_median;
+  /// `run --verify`: what the first repetition compared against its twin (PipelineVerifier)
+  std::optional<VerifyReport> verify;
 };
 
 void to_json(nlohmann::json& j, const PointMetrics& m);
@@ -92,6 +96,9 @@ struct PointPlan {
   /// Wall-clock seconds one point may take (engine construction and every repetition's steps);
   /// 0: no limit. Checked after each step, so a point that passes it fails at the step's end.
   double time_limit_s = 0;
+  /// `run --verify`: > 0 checks the first repetition against its CPU twin (PipelineVerifier),
+  /// layer tensors every verify_every steps; 0: off.
+  int verify_every = 0;
 };
 
 class Runner {
@@ -132,7 +139,7 @@ class Runner {
   /// One repetition: its metrics and the raw samples the repetitions are pooled from.
   struct Measured;
   [[nodiscard]] Measured run_once(const ModelSpec& model, EngineConfig config, int warmup_steps,
-                                  int decode_steps, const Progress& progress,
+                                  int decode_steps, int verify_every, const Progress& progress,
                                   const Inspect& inspect) const;
 
   Backend backend_;

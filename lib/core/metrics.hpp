@@ -3,8 +3,22 @@
 
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 namespace hisparse {
+
+/// ||approx - exact|| / ||exact|| over whole vectors of equal size (||approx - exact|| when exact
+/// is zero), in double.
+[[nodiscard]] inline double relative_l2(const std::vector<float>& approx,
+                                        const std::vector<float>& exact) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < exact.size() && i < approx.size(); ++i) {
+    const double d = static_cast<double>(approx[i]) - exact[i];
+    num += d * d;
+    den += static_cast<double>(exact[i]) * exact[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 /// Mean over `vectors` of ||approx_i - exact_i|| / ||exact_i|| (vectors of `dim` floats); a zero
 /// exact vector counts 0 when approx is zero too, else 1.

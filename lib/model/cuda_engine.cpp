@@ -38,6 +38,7 @@
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/rmsnorm.hpp"
 #include "kernels/gemm/swiglu.hpp"
+#include "kernels/moe/moe_experts.hpp"
 #include "kernels/indexer/indexer.hpp"
 #include "kernels/topk/topk.hpp"
 #include "kernels/workload/workload_synth.hpp"
@@ -119,6 +120,14 @@ class GpuPhaseClock {
   size_t used_ = 0;
 };
 
+template <class T>
+[[nodiscard]] Buffer<T> upload(const std::vector<T>& host, const char* label) {
+  auto buf = Buffer<T>::device(std::max<size_t>(host.size(), 1), Backend::cuda, label);
+  if (!host.empty())
+    copy_bytes(buf.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
+  return buf;
+}
+
 class CudaDecodeEngine final : public EngineImpl {
  public:
   CudaDecodeEngine(const ModelSpec& model, const EngineConfig& config);
@@ -199,6 +208,8 @@ class CudaDecodeEngine final : public EngineImpl {
                        StepStats& stats);
   void ffn(int layer);
   void swiglu_block(int layer, const std::string& prefix, int width);
+  /// EngineConfig::check_finite: marks `site` in first_non_finite_ when x holds a NaN or Inf.
+  void check_finite(const Buffer<float>& x, std::int64_t n, int site);
 
   Stream stream_{Backend::cuda};
   GpuPhaseClock clock_{stream_.native()};
@@ -218,6 +229,12 @@ class CudaDecodeEngine final : public EngineImpl {
   Buffer<float> x_, h_, q_, k_, v_, q_a_, kv_, q_model_, lat_, o_, mass_, scores_, gate_up_, act_,
       logits_, router_logits_, route_weights_, ix_q_, ix_k_, ix_w_, workload_q_;
   Buffer<float> ix_workload_q_;
+  /// MoE decode batches up to kMoeExpertsMaxTokens: the fused experts (kernels/moe), with each
+  /// MoE layer's table of expert weights (gate, up, down; experts_held each) and the scratch
+  /// activations; larger batches run every expert as GEMMs.
+  bool fused_experts_ = false;
+  std::vector<Buffer<const void*>> expert_tables_;
+  Buffer<float> expert_act_;
   Buffer<std::uint16_t> new_rows_;  ///< the step's new KV rows as the hot rows hold them (bf16)
   Buffer<std::int32_t> tokens_, indices_, slots_;
   // The synthetic workload on the GPU: D and a per (layer, KV head), key / value seeds per
@@ -234,6 +251,8 @@ class CudaDecodeEngine final : public EngineImpl {
   // Host staging: pinned copies for the workload's queries, the next tokens and the Fathom path.
   Buffer<float> workload_host_;
   Buffer<std::int32_t> tokens_host_;
+  // EngineConfig::check_finite: the step's first non-finite site on the GPU and its pinned copy.
+  Buffer<std::int32_t> first_non_finite_, first_non_finite_host_;
   std::vector<float> fathom_q_host_, fathom_k_host_;
   std::vector<std::int32_t> fathom_indices_host_;
 };
@@ -293,10 +312,30 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
   if (f.kind == FfnKind::moe) {
     router_logits_ = gpu<float>(std::int64_t{B} * f.experts_held, "router logits");
     route_weights_ = gpu<float>(std::int64_t{B} * f.experts_held, "routing weights");
+    fused_experts_ = B <= kernels::kMoeExpertsMaxTokens && model.hidden % 8 == 0 &&
+                     f.expert_width % 8 == 0;
+    if (fused_experts_) {
+      expert_act_ = gpu<float>(std::int64_t{f.experts_held} * B * f.expert_width,
+                               "MoE expert activations");
+      for (int l = f.first_dense_layers; l < model.layers; ++l) {
+        std::vector<const void*> table;
+        for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
+          for (int e = 0; e < f.experts_held; ++e) {
+            const LinearWeight lw = wl(l, fmt::format("mlp.experts.{}.{}.weight", e, proj));
+            table.push_back(lw.bf16 != nullptr ? static_cast<const void*>(lw.bf16)
+                                               : static_cast<const void*>(lw.f32));
+          }
+        expert_tables_.push_back(upload(table, "MoE expert weight table"));
+      }
+    }
   }
   logits_ = gpu<float>(std::int64_t{B} * model.vocab, "LM head logits");
   tokens_ = gpu<std::int32_t>(B, "tokens");
   tokens_host_ = Buffer<std::int32_t>::pinned(zu(B), Backend::cuda, "tokens (host)");
+  if (config_.check_finite) {
+    first_non_finite_ = gpu<std::int32_t>(1, "non-finite check");
+    first_non_finite_host_ = Buffer<std::int32_t>::pinned(1, Backend::cuda, "non-finite check");
+  }
   positions_ = gpu<std::int64_t>(B, "positions");
   lens_ = gpu<std::int64_t>(B, "sequence lengths");
   group_lens_ = gpu<std::int64_t>(std::int64_t{B} * kv_heads_, "sequence lengths per KV head");
@@ -368,14 +407,6 @@ void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
   }
   if (config_.bf16_gemm)
     gemm_x_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k, "GEMM activations (bf16)");
-}
-
-template <class T>
-[[nodiscard]] Buffer<T> upload(const std::vector<T>& host, const char* label) {
-  auto buf = Buffer<T>::device(std::max<size_t>(host.size(), 1), Backend::cuda, label);
-  if (!host.empty())
-    copy_bytes(buf.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
-  return buf;
 }
 
 void CudaDecodeEngine::upload_workload_tables() {
@@ -695,6 +726,16 @@ void CudaDecodeEngine::upload_workload_queries(int layer, bool index, float* out
                                       cudaMemcpyHostToDevice, s()));
 }
 
+void CudaDecodeEngine::check_finite(const Buffer<float>& x, std::int64_t n, int site) {
+  if (!config_.check_finite) return;
+  kernels::MarkNonFiniteArgs a;
+  a.x = x.device_data();
+  a.n = n;
+  a.site = site;
+  a.first_site = first_non_finite_.device_data();
+  kernels::launch_mark_non_finite(a, s());
+}
+
 StepStats CudaDecodeEngine::step() {
   HISPARSE_RANGE("step", Phase::step);
   StepStats stats;
@@ -725,6 +766,10 @@ StepStats CudaDecodeEngine::step() {
                                         s()));
   }
   const int H = model_.hidden;
+  const std::int64_t residual = static_cast<std::int64_t>(batch_) * H;
+  if (config_.check_finite)
+    HISPARSE_CUDA_CHECK(
+        cudaMemsetAsync(first_non_finite_.device_data(), 0x7f, sizeof(std::int32_t), s()));
   {
     HISPARSE_RANGE("embed", Phase::embed);
     GpuPhaseClock::Scope t(clock_, "embed");
@@ -735,6 +780,7 @@ StepStats CudaDecodeEngine::step() {
     g.rows = batch_;
     g.width = H;
     kernels::launch_gather_rows(g, s());
+    check_finite(x_, residual, 0);
   }
   for (int l = 0; l < model_.layers; ++l) {
     HISPARSE_RANGE_PAYLOAD("layer", Phase::layer, l);
@@ -746,10 +792,12 @@ StepStats CudaDecodeEngine::step() {
       attention_mla(l, stats);
     else
       attention_gqa(l, stats);
+    check_finite(x_, residual, finite_site(l, false));
     HISPARSE_RANGE("ffn", Phase::ffn);
     GpuPhaseClock::Scope t(clock_, "ffn");
     rmsnorm(x_.device_data(), w(l, "post_attention_layernorm.weight"), h_.device_data(), batch_, H);
     ffn(l);
+    check_finite(x_, residual, finite_site(l, true));
   }
   {
     HISPARSE_RANGE("lm_head", Phase::lm_head);
@@ -766,8 +814,16 @@ StepStats CudaDecodeEngine::step() {
     HISPARSE_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.host_data(), tokens_.device_data(),
                                         zu(batch_) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
                                         s()));
+    check_finite(logits_, static_cast<std::int64_t>(batch_) * model_.vocab,
+                 logits_site(model_.layers));
+    if (config_.check_finite)
+      HISPARSE_CUDA_CHECK(cudaMemcpyAsync(first_non_finite_host_.host_data(),
+                                          first_non_finite_.device_data(), sizeof(std::int32_t),
+                                          cudaMemcpyDeviceToHost, s()));
   }
   stream_.synchronize();
+  if (config_.check_finite && first_non_finite_host_.host_data()[0] != kNoSite)
+    throw non_finite_error(model_, config_, step_, first_non_finite_host_.host_data()[0]);
   stats.next_tokens.assign(tokens_host_.host_data(), tokens_host_.host_data() + batch_);
   clock_.collect(stats.phase_ms);
   ++seq_len_;
@@ -1198,8 +1254,9 @@ void CudaDecodeEngine::swiglu_block(int l, const std::string& prefix, int width)
 }
 
 // The FFN, added to x_. MoE: the router's weights per token and expert (0 where not routed), then
-// every expert over the whole batch with its rows scaled by their weights: plain and exact in
-// value, wasteful in work (stage two groups the routed rows).
+// the routed experts: fused (kernels/moe: only routed (expert, token) pairs, 2 launches) for
+// decode batches, else every expert over the whole batch as GEMMs with its rows scaled by their
+// weights (exact in value, wasteful in work).
 void CudaDecodeEngine::ffn(int l) {
   const int H = model_.hidden;
   const FfnShape& f = model_.ffn;
@@ -1218,7 +1275,24 @@ void CudaDecodeEngine::ffn(int l) {
   route.experts = f.experts_held;
   route.active = f.active_experts;
   kernels::launch_moe_route(route, s());
-  for (int e = 0; e < f.experts_held; ++e) {
+  if (fused_experts_) {
+    const void* const* table = expert_tables_[zu(l - f.first_dense_layers)].device_data();
+    kernels::MoeExpertsArgs m;
+    m.h = h_.device_data();
+    m.route_weights = route_weights_.device_data();
+    m.gate = table;
+    m.up = table + f.experts_held;
+    m.down = table + 2 * f.experts_held;
+    m.bf16 = config_.bf16_gemm;
+    m.act = expert_act_.device_data();
+    m.x = x_.device_data();
+    m.tokens = batch_;
+    m.experts = f.experts_held;
+    m.hidden = H;
+    m.width = f.expert_width;
+    kernels::launch_moe_experts(m, s());
+  }
+  for (int e = 0; !fused_experts_ && e < f.experts_held; ++e) {
     const std::string prefix = fmt::format("mlp.experts.{}.", e);
     swiglu_block(l, prefix, f.expert_width);
     kernels::ScaleRowsArgs sc;

@@ -15,6 +15,7 @@
 #include "core/rng.hpp"
 #include "kernels/attention/decode_attention.hpp"
 #include "kernels/attention/rope.hpp"
+#include "kernels/decode/decode_ops.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/rmsnorm.hpp"
 #include "kernels/gemm/swiglu.hpp"
@@ -344,12 +345,23 @@ StepStats CpuDecodeEngine::step() {
   ensure_capacity(seq_len_ + 1);
   const int H = model_.hidden;
   std::vector<float> x(zu(batch_) * zu(H)), h(x.size());
+  int first_non_finite = detail::kNoSite;
+  const auto check_finite = [&](const std::vector<float>& v, int site) {
+    if (!config_.check_finite) return;
+    kernels::MarkNonFiniteArgs a;
+    a.x = v.data();
+    a.n = static_cast<std::int64_t>(v.size());
+    a.site = site;
+    a.first_site = &first_non_finite;
+    kernels::mark_non_finite_ref(a);
+  };
   {
     HISPARSE_RANGE("embed", Phase::embed);
     PhaseTimer t(stats, "embed");
     const float* emb = weights_.get("model.embed_tokens.weight");
     for (int b = 0; b < batch_; ++b)
       std::copy_n(emb + zu(tokens_[zu(b)]) * zu(H), H, x.data() + zu(b) * zu(H));
+    check_finite(x, 0);
   }
   for (int l = 0; l < model_.layers; ++l) {
     HISPARSE_RANGE_PAYLOAD("layer", Phase::layer, l);
@@ -362,11 +374,13 @@ StepStats CpuDecodeEngine::step() {
     } else {
       attention_gqa(l, h.data(), x.data(), stats);
     }
+    check_finite(x, detail::finite_site(l, false));
     HISPARSE_RANGE("ffn", Phase::ffn);
     PhaseTimer t(stats, "ffn");
     rmsnorm(x.data(), w(l, "post_attention_layernorm.weight"), h.data(), batch_, H,
             model_.norm_eps);
     ffn(l, h.data(), x.data());
+    check_finite(x, detail::finite_site(l, true));
   }
   {
     HISPARSE_RANGE("lm_head", Phase::lm_head);
@@ -375,6 +389,9 @@ StepStats CpuDecodeEngine::step() {
     std::vector<float> logits(zu(batch_) * zu(model_.vocab));
     linear(config_.bf16_gemm, h.data(), weights_.get("lm_head.weight"), logits.data(), batch_,
            model_.vocab, H);
+    check_finite(logits, detail::logits_site(model_.layers));
+    if (first_non_finite != detail::kNoSite)
+      throw detail::non_finite_error(model_, config_, step_, first_non_finite);
     stats.next_tokens.resize(zu(batch_));
     for (int b = 0; b < batch_; ++b) {
       const float* row = logits.data() + zu(b) * zu(model_.vocab);
@@ -789,6 +806,24 @@ void CpuDecodeEngine::ffn(int l, const float* h, float* x) {
 }
 
 namespace detail {
+Error non_finite_error(const ModelSpec& model, const EngineConfig& config, std::int64_t step,
+                       int site) {
+  std::string at;
+  if (site == 0)
+    at = "the embedding";
+  else if (site == logits_site(model.layers))
+    at = "the logits (lm_head)";
+  else
+    at = fmt::format("layer {}'s {}", (site - 1) / 2, site % 2 == 1 ? "attention" : "ffn");
+  return Error(fmt::format("{} {} decode step {} ({} backend)", model.name, name_of(config.mode),
+                           step, name_of(config.backend)),
+               fmt::format("a NaN or Inf first appeared in {} (the residual stream after it)", at),
+               "rerun the point with --backend cpu: if the CPU engine stays finite, that phase's "
+               "CUDA kernels are at fault (run the GPU tests under compute-sanitizer: "
+               ".ci/device-check sanitize); if it does not, the weights or the workload overflow "
+               "there");
+}
+
 void validate_config(const ModelSpec& model, const EngineConfig& c) {
   if (c.backend == Backend::cuda && !HISPARSE_WITH_CUDA)
     throw Error("--backend cuda",

@@ -72,6 +72,10 @@ struct EngineConfig {
   /// the weight bytes, tensor cores); false: fp32 GEMMs, whose CUDA results follow the CPU
   /// engine's within float rounding (bf16 rounding turns such differences into 2^-8 steps)
   bool bf16_gemm = false;
+  /// Numerical health (`run --verify`): the residual stream after every layer's attention and
+  /// FFN, and the logits, checked for NaN and Inf; a step that finds one throws Error naming the
+  /// layer and phase where it first appeared
+  bool check_finite = false;
 };
 
 /// What one step did. Byte counts are those of the deployment's row layout (model.kv_row_bytes():

@@ -5,15 +5,21 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "bench/pipeline_verifier.hpp"
 #include "core/error.hpp"
 #include "core/metrics.hpp"
 #include "model/decode_engine.hpp"
 #include "model/mode.hpp"
 #include "model/model_spec.hpp"
+#include "model/safetensors.hpp"
+#include "support/error_message.hpp"
 #include "support/gpu.hpp"
+#include "support/temp_dir.hpp"
 
 namespace hisparse {
 namespace {
@@ -30,15 +36,6 @@ struct EngineCase {
 std::string describe(const EngineCase& c) {
   return c.model + " " + std::string(name_of(c.mode)) + " x" + std::to_string(c.concurrency) +
          " ctx " + std::to_string(c.context) + " top_k " + std::to_string(c.top_k);
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 void expect_engines_agree(const EngineCase& c, int steps) {
@@ -144,6 +141,59 @@ TEST_F(DecodeEngineGpu, Bf16GemmsFollowTheCpuEngineWithinBf16Rounding) {
       }
       for (int s = 1; s < 3; ++s) EXPECT_GT(gpu.step().step_ms, 0.0);
     }
+}
+
+// run --verify on the GPU: the CUDA engine against its CPU twin through PipelineVerifier (every
+// step's tensors), in the modes that select and move rows.
+TEST_F(DecodeEngineGpu, PipelineVerifierPassesTheCudaEngine) {
+  for (const char* name : {"tiny-dsa", "tiny-gqa"})
+    for (Mode mode : {Mode::sparse_gpu, Mode::hisparse}) {
+      SCOPED_TRACE(std::string(name) + " " + std::string(name_of(mode)));
+      const ModelSpec model = load_model(name);
+      EngineConfig c;
+      c.backend = Backend::cuda;
+      c.mode = mode;
+      c.concurrency = 2;
+      c.context_length = 600;
+      c.top_k = 64;
+      c.max_decode_steps = 4;
+      PipelineVerifier verifier(model, c, 1);
+      DecodeEngine engine(model, PipelineVerifier::checked(c));
+      for (int s = 0; s < 4; ++s) verifier.after_step(s, engine, engine.step());
+      EXPECT_EQ(verifier.report().layer_steps, 4);
+      EXPECT_LT(verifier.report().max_query_error, 1e-4);
+      EXPECT_GT(verifier.report().max_query_error, 0.0);  // two engines, not one compared twice
+    }
+}
+
+// The non-finite check on the GPU names the same site as the CPU engine's, for a checkpoint whose
+// layer-1 FFN norm holds an Inf.
+TEST_F(DecodeEngineGpu, NonFiniteCheckNamesTheSiteTheCpuEngineNames) {
+  test::TempDir dir;
+  std::vector<float> w(256, 1.0f);
+  w[17] = std::numeric_limits<float>::infinity();
+  const auto file = dir.path / "inf.safetensors";
+  std::filesystem::create_directories(dir.path);
+  write_safetensors(file, {{"model.layers.1.post_attention_layernorm.weight", DType::f32, {256},
+                            encode_floats(w, DType::f32)}});
+  ModelSpec model = load_model("tiny-gqa");
+  model.weights = file;
+  EngineConfig c;
+  c.mode = Mode::hisparse;
+  c.context_length = 64;
+  c.top_k = 16;
+  c.max_decode_steps = 2;
+  c.check_finite = true;
+  EngineConfig on_gpu = c;
+  on_gpu.backend = Backend::cuda;
+  DecodeEngine cpu(model, c), gpu(model, on_gpu);
+  const std::string want = test::error_message([&] { (void)cpu.step(); });
+  const std::string got = test::error_message([&] { (void)gpu.step(); });
+  EXPECT_NE(want.find("layer 1's ffn"), std::string::npos) << want;
+  EXPECT_EQ(got.substr(0, got.find('(')), want.substr(0, want.find('(')));
+  EXPECT_NE(got.find("(cuda backend): a NaN or Inf first appeared in layer 1's ffn"),
+            std::string::npos)
+      << got;
 }
 
 TEST_F(DecodeEngineGpu, StepsBeyondTheReservedRoomFailClearly) {

@@ -1,7 +1,7 @@
 // The decode step's CUDA kernels against their CPU twins on random shapes: GEMM (cuBLASLt),
 // RMSNorm, SwiGLU, RoPE, decode attention (dense, sparse, GQA groups, MLA-sized rows), the GQA
 // group attention mass, the DSA indexer and its key quantisation, top-k (ties, NaN, -0, short
-// rows), and the small ops of decode_ops.hpp. Float results within stated tolerances (the GPU
+// rows), and the small ops of decode_ops.hpp (the non-finite check included). Float results within stated tolerances (the GPU
 // sums in another order); selections, argmax, routing choices and codes exactly.
 #include <gtest/gtest.h>
 
@@ -26,6 +26,7 @@
 #include "kernels/gemm/rmsnorm.hpp"
 #include "kernels/gemm/swiglu.hpp"
 #include "kernels/indexer/indexer.hpp"
+#include "kernels/moe/moe_experts.hpp"
 #include "kernels/topk/topk.hpp"
 #include "support/gpu.hpp"
 
@@ -580,6 +581,106 @@ TEST_F(DecodeKernelsGpu, SmallDecodeOpsMatchTheTwin) {
   kernels::SlotsFromPhysicalArgs sp{phys.dev(), slots.dev(), 2, 3, 8};
   kernels::launch_slots_from_physical(sp, s());
   EXPECT_EQ(slots.fetch(), (std::vector<std::int32_t>{0, 5, -1, 0, 8, -1}));
+}
+
+// The fused MoE experts against their twin: fp32 and bf16 weights, 1, 7 and 64 tokens (the
+// limit), widths that are multiples of 8 but not of a lane pass (256), an expert nobody chose.
+TEST_F(DecodeKernelsGpu, MoeExpertsMatchTheTwin) {
+  std::mt19937 rng(13);
+  const int experts = 10, hidden = 264, width = 136;
+  for (bool bf16 : {false, true})
+    for (int tokens : {1, 7, kernels::kMoeExpertsMaxTokens}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16 " : "fp32 ") + std::to_string(tokens) + " tokens");
+      std::vector<Mirror<float>> wf;
+      std::vector<Mirror<std::uint16_t>> wb;
+      for (int i = 0; i < 3 * experts; ++i) {
+        auto m = normal(static_cast<std::size_t>(hidden) * width, rng, 0.1f);
+        std::vector<std::uint16_t> b(m.size());
+        for (std::size_t j = 0; j < m.size(); ++j) {
+          b[j] = float_to_bf16(m[j]);
+          m[j] = bf16_to_float(b[j]);
+        }
+        wf.emplace_back(std::move(m));
+        wb.emplace_back(std::move(b));
+      }
+      // Table order: gate of every expert, then up, then down (i = 3 e + p holds expert e's p).
+      std::vector<const void*> host_table, device_table;
+      for (int p = 0; p < 3; ++p)
+        for (int e = 0; e < experts; ++e) {
+          const std::size_t i = static_cast<std::size_t>(3 * e + p);
+          host_table.push_back(bf16 ? static_cast<const void*>(wb[i].host())
+                                    : static_cast<const void*>(wf[i].host()));
+          device_table.push_back(bf16 ? static_cast<const void*>(wb[i].dev())
+                                      : static_cast<const void*>(wf[i].dev()));
+        }
+      Mirror<const void*> table(device_table);
+      auto logits = normal(static_cast<std::size_t>(tokens) * experts, rng);
+      for (int t = 0; t < tokens; ++t) logits[static_cast<std::size_t>(t * experts + 4)] = -99.0f;
+      std::vector<float> route(logits.size());
+      kernels::MoeRouteArgs r{logits.data(), route.data(), tokens, experts, 3};
+      kernels::moe_route_ref(r);
+      Mirror<float> h(normal(static_cast<std::size_t>(tokens) * hidden, rng)), rw(route),
+          x(normal(static_cast<std::size_t>(tokens) * hidden, rng)),
+          act(std::vector<float>(static_cast<std::size_t>(experts) * tokens * width));
+      kernels::MoeExpertsArgs a{h.dev(), rw.dev(), table.dev(), table.dev() + experts,
+                                table.dev() + 2 * experts, bf16, act.dev(), x.dev(), tokens,
+                                experts, hidden, width};
+      kernels::launch_moe_experts(a, s());
+      const auto got_x = x.fetch(), got_act = act.fetch();
+      a = {h.host(), rw.host(), host_table.data(), host_table.data() + experts,
+           host_table.data() + 2 * experts, bf16, act.host(), x.host(), tokens, experts, hidden,
+           width};
+      kernels::moe_experts_ref(a);
+      EXPECT_LT(scaled_error(got_x, std::vector<float>(x.host(), x.host() + got_x.size())), 1e-5);
+      for (int t = 0; t < tokens; ++t)
+        for (int e = 0; e < experts; ++e) {
+          if (route[static_cast<std::size_t>(t * experts + e)] == 0.0f) continue;
+          ASSERT_NE(e, 4);  // never chosen
+          const std::size_t row = (static_cast<std::size_t>(e) * tokens + t) * width;
+          const std::vector<float> got(got_act.begin() + static_cast<std::ptrdiff_t>(row),
+                                       got_act.begin() + static_cast<std::ptrdiff_t>(row + width));
+          EXPECT_LT(scaled_error(got, std::vector<float>(act.host() + row, act.host() + row + width)),
+                    1e-5)
+              << "token " << t << " expert " << e;
+        }
+    }
+  kernels::MoeExpertsArgs too_many;
+  too_many.tokens = kernels::kMoeExpertsMaxTokens + 1;
+  too_many.experts = 1;
+  EXPECT_THROW(kernels::launch_moe_experts(too_many, s()), Error);
+}
+
+// The non-finite check over random rows with NaN, +Inf and -Inf planted at random places (and
+// none at all): every launch keeps the smallest marked site, as the twin does.
+TEST_F(DecodeKernelsGpu, MarkNonFiniteKeepsTheFirstSiteAsTheTwinDoes) {
+  std::mt19937 rng(11);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (int trial = 0; trial < 12; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const int sites = 6;
+    std::vector<std::vector<float>> rows;
+    for (int site = 0; site < sites; ++site) {
+      auto v = normal(1000 + 4099 * static_cast<std::size_t>(site), rng, 1e30f);  // large, finite
+      if (std::uniform_int_distribution<int>(0, 2)(rng) == 0)
+        v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)] = bad[(trial + site) % 3];
+      rows.push_back(std::move(v));
+    }
+    Mirror<std::int32_t> first(std::vector<std::int32_t>{0x7f7f7f7f});
+    std::int32_t want = 0x7f7f7f7f;
+    // Sites launched out of order: the smallest wins, not the last written.
+    for (int site : {3, 5, 0, 4, 1, 2}) {
+      Mirror<float> x(rows[static_cast<std::size_t>(site)]);
+      kernels::MarkNonFiniteArgs a{x.dev(), static_cast<std::int64_t>(rows[site].size()), site,
+                                   first.dev()};
+      kernels::launch_mark_non_finite(a, s());
+      HISPARSE_CUDA_CHECK(cudaStreamSynchronize(s()));
+      a = {rows[static_cast<std::size_t>(site)].data(), a.n, site, &want};
+      kernels::mark_non_finite_ref(a);
+    }
+    EXPECT_EQ(first.fetch()[0], want);
+  }
 }
 
 #else

@@ -83,6 +83,15 @@ int run_cli(int argc, char** argv) {
                   "Continue the sweep whose results are in DIR (an interrupted run's --out): "
                   "checks the scenario, build and device match, keeps every completed point and "
                   "runs the rest");
+  run->add_flag("--verify", run_request.verify,
+                "Check every point as it runs: CUDA points step a CPU twin of the same "
+                "configuration and must decode the same tokens, hits and misses every step and "
+                "the same attention queries and outputs of every layer on sampled steps; a NaN "
+                "or Inf anywhere fails the point naming the layer and phase (both backends)");
+  run->add_option("--verify-every", run_request.verify_every,
+                  "With --verify, compare the layer tensors every N steps from the first "
+                  "(default 4; tokens, hits and misses every step); implies --verify")
+      ->check(CLI::Range(1, 1000000));
   run->add_flag("--save-selections", run_request.save_selections,
                 "Write every hot-buffer point's recorded selections (all steps since admission) as "
                 "text traces, one per layer and stream, under OUT/selections/point-N/: the input "

@@ -113,6 +113,8 @@ std::string resume_command(const std::string& scenario, const CommonOptions& o, 
   for (const auto& set : o.sets) command += " --set " + shell_quote(set);
   if (t.repetitions > 0) command += fmt::format(" --repetitions {}", t.repetitions);
   if (t.save_selections) command += " --save-selections";
+  if (t.verify || t.verify_every > 0)
+    command += t.verify_every > 0 ? fmt::format(" --verify-every {}", t.verify_every) : " --verify";
   return command + " --resume " + shell_quote(out.string());
 }
 
@@ -340,7 +342,10 @@ int run_command(const std::string& scenario_arg, const CommonOptions& o, const R
             : fmt::format(" ({} kept from the interrupted run)", completed.size()).c_str());
 
   PointWatchdog watchdog;
-  const PointPlan plan{s.warmup_steps, s.decode_steps, s.repetitions, s.point_time_limit_s};
+  const int verify_every = t.verify_every > 0 ? t.verify_every : (t.verify ? 4 : 0);
+  const PointPlan plan{s.warmup_steps, s.decode_steps, s.repetitions, s.point_time_limit_s,
+                       verify_every};
+  if (verify_every > 0) extras.set_metadata("verify", {{"every", verify_every}});
   std::optional<std::string> stopped_at;  // the point a signal interrupted
   for (const auto& point : points) {
     if (const auto kept = completed.find(point.index); kept != completed.end()) {

@@ -87,6 +87,19 @@ inline void round_to_bf16_values(float* x, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
 }
 
+/// The non-finite check of EngineConfig::check_finite: its sites in step order, the residual
+/// stream after the embedding (0), after layer l's attention (1 + 2l) and FFN (2 + 2l), then the
+/// logits (2 x layers + 1). A step keeps the smallest site that held a NaN or Inf, kNoSite when
+/// none did (the byte 0x7f in every byte: what cudaMemsetAsync can write).
+inline constexpr int kNoSite = 0x7f7f7f7f;
+[[nodiscard]] constexpr int finite_site(int layer, bool after_ffn) noexcept {
+  return 1 + 2 * layer + (after_ffn ? 1 : 0);
+}
+[[nodiscard]] constexpr int logits_site(int layers) noexcept { return 2 * layers + 1; }
+/// The failure of a step whose first non-finite value was at `site`, naming layer and phase.
+[[nodiscard]] Error non_finite_error(const ModelSpec& model, const EngineConfig& config,
+                                     std::int64_t step, int site);
+
 /// Throws Error for a configuration no engine can run (the checks of DecodeEngine's constructor).
 void validate_config(const ModelSpec& model, const EngineConfig& config);
 
