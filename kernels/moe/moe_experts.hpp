@@ -31,7 +31,7 @@ struct MoeExpertsArgs {
   const void* const* gate = nullptr;
   const void* const* up = nullptr;
   const void* const* down = nullptr;
-  bool bf16 = false;    ///< bf16 weights, activations rounded to bf16 (GemmArgs::w_bf16)
+  bool bf16 = false;     ///< bf16 weights, activations rounded to bf16 (GemmArgs::w_bf16)
   float* act = nullptr;  ///< scratch [experts x tokens x width]; only routed rows written
   float* x = nullptr;    ///< [tokens x hidden], the residual stream the experts add to
   int tokens = 0;        ///< at most kMoeExpertsMaxTokens

@@ -24,8 +24,8 @@ namespace {
 [[nodiscard]] float dot(const void* w, bool bf16, std::size_t row, const float* v, int n) {
   float acc = 0.0f;
   for (int k = 0; k < n; ++k)
-    acc += weight_at(w, bf16, row * static_cast<std::size_t>(n) + static_cast<std::size_t>(k)) *
-           v[k];
+    acc +=
+        weight_at(w, bf16, row * static_cast<std::size_t>(n) + static_cast<std::size_t>(k)) * v[k];
   return acc;
 }
 
@@ -54,10 +54,9 @@ void moe_experts_ref(const MoeExpertsArgs& a) {
         act[n] = g / (1.0f + std::exp(-g)) * u;
         actr[n] = maybe_round(act[n], a.bf16);
       }
-      float* scratch =
-          a.act + (static_cast<std::size_t>(e) * static_cast<std::size_t>(a.tokens) +
-                   static_cast<std::size_t>(t)) *
-                      W;
+      float* scratch = a.act + (static_cast<std::size_t>(e) * static_cast<std::size_t>(a.tokens) +
+                                static_cast<std::size_t>(t)) *
+                                   W;
       std::copy(act.begin(), act.end(), scratch);
       for (std::size_t n = 0; n < H; ++n)
         sum[n] += r * dot(a.down[e], a.bf16, n, actr.data(), a.width);

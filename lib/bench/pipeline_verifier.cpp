@@ -24,18 +24,18 @@ constexpr const char* kFix =
 }  // namespace
 
 void to_json(nlohmann::json& j, const VerifyReport& r) {
-  j = nlohmann::json{{"twin", r.twin},
-                     {"every", r.every},
-                     {"steps", r.steps},
-                     {"layer_steps", r.layer_steps},
-                     {"query_tolerance", r.query_tolerance},
-                     {"attention_tolerance", r.attention_tolerance},
-                     {"max_query_error", r.max_query_error},
-                     {"max_attention_error", r.max_attention_error},
-                     {"finite_checked", true},
-                     {"diverged_at_step", r.diverged_at_step < 0
-                                              ? nlohmann::json(nullptr)
-                                              : nlohmann::json(r.diverged_at_step)}};
+  j = nlohmann::json{
+      {"twin", r.twin},
+      {"every", r.every},
+      {"steps", r.steps},
+      {"layer_steps", r.layer_steps},
+      {"query_tolerance", r.query_tolerance},
+      {"attention_tolerance", r.attention_tolerance},
+      {"max_query_error", r.max_query_error},
+      {"max_attention_error", r.max_attention_error},
+      {"finite_checked", true},
+      {"diverged_at_step",
+       r.diverged_at_step < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.diverged_at_step)}};
 }
 
 EngineConfig PipelineVerifier::checked(EngineConfig config) {
@@ -56,10 +56,11 @@ PipelineVerifier::PipelineVerifier(const ModelSpec& model, const EngineConfig& c
   try {
     twin_ = std::make_unique<DecodeEngine>(model, twin);
   } catch (const Error& e) {
-    throw Error("--verify", fmt::format("the CPU twin of the point did not start: {}: {}",
-                                        e.where(), e.problem()),
-                "verify a smaller point (lower concurrency or context_length), or run without "
-                "--verify");
+    throw Error(
+        "--verify",
+        fmt::format("the CPU twin of the point did not start: {}: {}", e.where(), e.problem()),
+        "verify a smaller point (lower concurrency or context_length), or run without "
+        "--verify");
   }
   report_.twin = "cpu engine";
   report_.query_tolerance = config_.bf16_gemm ? kBf16Tolerance : kFp32QueryTolerance;
@@ -83,9 +84,10 @@ void PipelineVerifier::after_step(int step, const DecodeEngine& engine, const St
     differs = fmt::format("the next tokens differ: CUDA {} against the CPU twin's {}",
                           got.next_tokens, want.next_tokens);
   else if (got.hits != want.hits || got.misses != want.misses)
-    differs = fmt::format("the hot buffer differs: CUDA {} hits / {} misses against the CPU "
-                          "twin's {} / {}",
-                          got.hits, got.misses, want.hits, want.misses);
+    differs = fmt::format(
+        "the hot buffer differs: CUDA {} hits / {} misses against the CPU "
+        "twin's {} / {}",
+        got.hits, got.misses, want.hits, want.misses);
   if (!differs.empty()) {
     if (!config_.bf16_gemm) throw Error(where(step), differs, kFix);
     // A bf16 rounding flip moved an argmax or a selection's edge: from here on the two decode

@@ -174,7 +174,9 @@ TEST_F(DecodeEngineGpu, NonFiniteCheckNamesTheSiteTheCpuEngineNames) {
   w[17] = std::numeric_limits<float>::infinity();
   const auto file = dir.path / "inf.safetensors";
   std::filesystem::create_directories(dir.path);
-  write_safetensors(file, {{"model.layers.1.post_attention_layernorm.weight", DType::f32, {256},
+  write_safetensors(file, {{"model.layers.1.post_attention_layernorm.weight",
+                            DType::f32,
+                            {256},
                             encode_floats(w, DType::f32)}});
   ModelSpec model = load_model("tiny-gqa");
   model.weights = file;

@@ -622,13 +622,31 @@ TEST_F(DecodeKernelsGpu, MoeExpertsMatchTheTwin) {
       Mirror<float> h(normal(static_cast<std::size_t>(tokens) * hidden, rng)), rw(route),
           x(normal(static_cast<std::size_t>(tokens) * hidden, rng)),
           act(std::vector<float>(static_cast<std::size_t>(experts) * tokens * width));
-      kernels::MoeExpertsArgs a{h.dev(), rw.dev(), table.dev(), table.dev() + experts,
-                                table.dev() + 2 * experts, bf16, act.dev(), x.dev(), tokens,
-                                experts, hidden, width};
+      kernels::MoeExpertsArgs a{h.dev(),
+                                rw.dev(),
+                                table.dev(),
+                                table.dev() + experts,
+                                table.dev() + 2 * experts,
+                                bf16,
+                                act.dev(),
+                                x.dev(),
+                                tokens,
+                                experts,
+                                hidden,
+                                width};
       kernels::launch_moe_experts(a, s());
       const auto got_x = x.fetch(), got_act = act.fetch();
-      a = {h.host(), rw.host(), host_table.data(), host_table.data() + experts,
-           host_table.data() + 2 * experts, bf16, act.host(), x.host(), tokens, experts, hidden,
+      a = {h.host(),
+           rw.host(),
+           host_table.data(),
+           host_table.data() + experts,
+           host_table.data() + 2 * experts,
+           bf16,
+           act.host(),
+           x.host(),
+           tokens,
+           experts,
+           hidden,
            width};
       kernels::moe_experts_ref(a);
       EXPECT_LT(scaled_error(got_x, std::vector<float>(x.host(), x.host() + got_x.size())), 1e-5);
@@ -639,8 +657,9 @@ TEST_F(DecodeKernelsGpu, MoeExpertsMatchTheTwin) {
           const std::size_t row = (static_cast<std::size_t>(e) * tokens + t) * width;
           const std::vector<float> got(got_act.begin() + static_cast<std::ptrdiff_t>(row),
                                        got_act.begin() + static_cast<std::ptrdiff_t>(row + width));
-          EXPECT_LT(scaled_error(got, std::vector<float>(act.host() + row, act.host() + row + width)),
-                    1e-5)
+          EXPECT_LT(
+              scaled_error(got, std::vector<float>(act.host() + row, act.host() + row + width)),
+              1e-5)
               << "token " << t << " expert " << e;
         }
     }
@@ -664,7 +683,8 @@ TEST_F(DecodeKernelsGpu, MarkNonFiniteKeepsTheFirstSiteAsTheTwinDoes) {
     for (int site = 0; site < sites; ++site) {
       auto v = normal(1000 + 4099 * static_cast<std::size_t>(site), rng, 1e30f);  // large, finite
       if (std::uniform_int_distribution<int>(0, 2)(rng) == 0)
-        v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)] = bad[(trial + site) % 3];
+        v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)] =
+            bad[(trial + site) % 3];
       rows.push_back(std::move(v));
     }
     Mirror<std::int32_t> first(std::vector<std::int32_t>{0x7f7f7f7f});

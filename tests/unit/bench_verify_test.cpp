@@ -84,8 +84,9 @@ TEST(NonFiniteCheck, NamesTheLayerAndPhaseWhereItFirstAppeared) {
             "under compute-sanitizer: .ci/device-check sanitize); if it does not, the weights or "
             "the workload overflow there");
   DecodeEngine head(tiny_gqa_with_inf(dir.path, "model.norm.weight"), c);
-  EXPECT_NE(test::error_message([&] { (void)head.step(); })
-                .find("first appeared in the logits (lm_head)"),
+  EXPECT_NE(test::error_message([&] {
+              (void)head.step();
+            }).find("first appeared in the logits (lm_head)"),
             std::string::npos);
   // The same model decodes without a word when the check is off.
   c.check_finite = false;
@@ -164,8 +165,9 @@ TEST(BenchRunnerVerify, RecordsTheCheckAndFailsAPointThatTurnsNonFinite) {
   EXPECT_EQ(j["verify"]["finite_checked"], true);
   test::TempDir dir;
   const ModelSpec bad = tiny_gqa_with_inf(dir.path, "model.layers.0.input_layernorm.weight");
-  EXPECT_NE(test::error_message([&] { (void)runner.run(bad, small(Mode::sparse_gpu), plan); })
-                .find("a NaN or Inf first appeared in layer 0's attention"),
+  EXPECT_NE(test::error_message([&] {
+              (void)runner.run(bad, small(Mode::sparse_gpu), plan);
+            }).find("a NaN or Inf first appeared in layer 0's attention"),
             std::string::npos);
   // Without --verify the same point completes.
   EXPECT_NO_THROW((void)runner.run(bad, small(Mode::sparse_gpu), PointPlan{1, 2}));

@@ -144,14 +144,24 @@ TEST(KernelsMoe, TwinEqualsTheLayerComposedFromGemmsWithinRounding) {
     }
     for (int p = 0; p < 3; ++p)
       for (int e = 0; e < experts; ++e)
-        ptr.push_back(bf16 ? static_cast<const void*>(wb[static_cast<std::size_t>(3 * e + p)].data())
-                           : static_cast<const void*>(w[static_cast<std::size_t>(3 * e + p)].data()));
+        ptr.push_back(
+            bf16 ? static_cast<const void*>(wb[static_cast<std::size_t>(3 * e + p)].data())
+                 : static_cast<const void*>(w[static_cast<std::size_t>(3 * e + p)].data()));
     const std::vector<float> x_before = x;
     const std::vector<float> want =
         experts_as_gemms(h, route, w, x, tokens, experts, hidden, width, bf16);
     std::vector<float> act(static_cast<std::size_t>(experts) * tokens * width);
-    MoeExpertsArgs a{h.data(), route.data(), ptr.data(), ptr.data() + experts,
-                     ptr.data() + 2 * experts, bf16, act.data(), x.data(), tokens, experts, hidden,
+    MoeExpertsArgs a{h.data(),
+                     route.data(),
+                     ptr.data(),
+                     ptr.data() + experts,
+                     ptr.data() + 2 * experts,
+                     bf16,
+                     act.data(),
+                     x.data(),
+                     tokens,
+                     experts,
+                     hidden,
                      width};
     kernels::moe_experts_ref(a);
     double worst = 0;

@@ -96,7 +96,7 @@ struct RunRequest {
   /// --save-selections: every hot-buffer point's recorded selections as text traces under
   /// OUT/selections/point-N/ (what `policies` reads)
   bool save_selections = false;
-  int repetitions = 0;  ///< --repetitions; 0: the scenario's repetitions (default 1)
+  int repetitions = 0;   ///< --repetitions; 0: the scenario's repetitions (default 1)
   bool verify = false;   ///< --verify: check each point against its CPU twin (PipelineVerifier)
   int verify_every = 0;  ///< --verify-every N: layer tensors every N steps (implies --verify)
   /// --resume DIR: continue the sweep whose results are in DIR (written there)

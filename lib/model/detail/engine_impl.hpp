@@ -95,7 +95,9 @@ inline constexpr int kNoSite = 0x7f7f7f7f;
 [[nodiscard]] constexpr int finite_site(int layer, bool after_ffn) noexcept {
   return 1 + 2 * layer + (after_ffn ? 1 : 0);
 }
-[[nodiscard]] constexpr int logits_site(int layers) noexcept { return 2 * layers + 1; }
+[[nodiscard]] constexpr int logits_site(int layers) noexcept {
+  return 2 * layers + 1;
+}
 /// The failure of a step whose first non-finite value was at `site`, naming layer and phase.
 [[nodiscard]] Error non_finite_error(const ModelSpec& model, const EngineConfig& config,
                                      std::int64_t step, int site);
@@ -107,6 +109,8 @@ void validate_config(const ModelSpec& model, const EngineConfig& config);
 inline constexpr int kFathomSinks = 4;
 inline constexpr int kFathomRecent = 32;
 inline constexpr int kDefaultDecodeSteps = 256;
+/// The hot buffer's upper bound (the swap-in's slot tables).
+inline constexpr int kMaxHotSlots = 32768;
 /// Share of the model's own query mixed into a synthetic workload's query (by RMS).
 inline constexpr float kModelQueryShare = 0.25f;
 
@@ -119,6 +123,8 @@ inline constexpr float kModelQueryShare = 0.25f;
 [[nodiscard]] const std::vector<float>& layer_record(const std::vector<std::vector<float>>& records,
                                                      int layer, const char* what);
 
+[[nodiscard]] std::unique_ptr<EngineImpl> make_cpu_engine(const ModelSpec& model,
+                                                          const EngineConfig& config);
 #if HISPARSE_WITH_CUDA
 [[nodiscard]] std::unique_ptr<EngineImpl> make_cuda_engine(const ModelSpec& model,
                                                            const EngineConfig& config);

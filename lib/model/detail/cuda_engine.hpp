@@ -1,0 +1,248 @@
+// The CUDA decode engine's class, shared by its two source files: cuda_engine.cpp (construction,
+// weights, the context, the step) and cuda_engine_layers.cpp (attention, row selection, FFN).
+// CUDA builds only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/rng.hpp"
+#include "core/stream.hpp"
+#include "kernels/attention/decode_attention.hpp"
+#include "kernels/attention/rope.hpp"
+#include "kernels/decode/decode_ops.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/rmsnorm.hpp"
+#include "kernels/gemm/swiglu.hpp"
+#include "kernels/indexer/indexer.hpp"
+#include "kernels/moe/moe_experts.hpp"
+#include "kernels/topk/topk.hpp"
+#include "kernels/workload/workload_synth.hpp"
+#include "model/capacity_model.hpp"
+#include "model/detail/engine_impl.hpp"
+#include "model/engine_fathom_index.hpp"
+#include "model/engine_hot_rows.hpp"
+#include "model/kv_workload.hpp"
+#include "model/selection_quality.hpp"
+#include "model/weights.hpp"
+#include "trace/nvtx.hpp"
+
+namespace hisparse::detail {
+
+using Clock = std::chrono::steady_clock;
+using std::size_t;
+
+[[nodiscard]] inline size_t zu(std::int64_t v) {
+  return static_cast<size_t>(v);
+}
+
+// GPU time per phase name: a start and a stop event around each enqueued piece of a phase, summed
+// after the step's final synchronisation. The events are made on the first step and reused.
+class GpuPhaseClock {
+ public:
+  explicit GpuPhaseClock(cudaStream_t stream) : stream_(stream) {}
+  GpuPhaseClock(const GpuPhaseClock&) = delete;
+  GpuPhaseClock& operator=(const GpuPhaseClock&) = delete;
+  ~GpuPhaseClock() {
+    for (const Mark& m : marks_) {
+      cudaEventDestroy(m.start);
+      cudaEventDestroy(m.stop);
+    }
+  }
+
+  class Scope {
+   public:
+    Scope(GpuPhaseClock& clock, const char* name) : clock_(clock), index_(clock.open(name)) {}
+    ~Scope() { clock_.close(index_); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    GpuPhaseClock& clock_;
+    size_t index_;
+  };
+
+  void begin_step() noexcept { used_ = 0; }
+  /// Adds each phase's GPU milliseconds to `phase_ms` (the stream must have finished).
+  void collect(std::map<std::string, double>& phase_ms) const {
+    for (size_t i = 0; i < used_; ++i) {
+      float ms = 0.0f;
+      HISPARSE_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i].start, marks_[i].stop));
+      phase_ms[marks_[i].name] += ms;
+    }
+  }
+
+ private:
+  struct Mark {
+    const char* name;
+    cudaEvent_t start, stop;
+  };
+  size_t open(const char* name) {
+    if (used_ == marks_.size()) {
+      Mark m{name, nullptr, nullptr};
+      HISPARSE_CUDA_CHECK(cudaEventCreate(&m.start));
+      HISPARSE_CUDA_CHECK(cudaEventCreate(&m.stop));
+      marks_.push_back(m);
+    }
+    marks_[used_].name = name;
+    HISPARSE_CUDA_CHECK(cudaEventRecord(marks_[used_].start, stream_));
+    return used_++;
+  }
+  void close(size_t index) { HISPARSE_CUDA_CHECK(cudaEventRecord(marks_[index].stop, stream_)); }
+
+  cudaStream_t stream_;
+  std::vector<Mark> marks_;
+  size_t used_ = 0;
+};
+
+template <class T>
+[[nodiscard]] Buffer<T> upload(const std::vector<T>& host, const char* label) {
+  auto buf = Buffer<T>::device(std::max<size_t>(host.size(), 1), Backend::cuda, label);
+  if (!host.empty())
+    copy_bytes(buf.device_data(), host.data(), host.size() * sizeof(T), Backend::cuda);
+  return buf;
+}
+
+class CudaDecodeEngine final : public EngineImpl {
+ public:
+  CudaDecodeEngine(const ModelSpec& model, const EngineConfig& config);
+  StepStats step() override;
+  [[nodiscard]] const std::vector<std::string>& workload_notes() const noexcept override {
+    return workload_.notes();
+  }
+  [[nodiscard]] std::vector<SelectionTrace> selection_traces() const override {
+    return hot_rows_ ? hot_rows_->traces() : std::vector<SelectionTrace>{};
+  }
+  [[nodiscard]] std::vector<float> last_attention(int layer) const override {
+    return download(attention_out_, attention_floats_, layer, "last_attention");
+  }
+  [[nodiscard]] std::vector<float> last_queries(int layer) const override {
+    return download(query_record_, query_floats_, layer, "last_queries");
+  }
+
+ private:
+  // Device buffers of the step, allocated once.
+  template <class T>
+  [[nodiscard]] static Buffer<T> gpu(std::int64_t n, const char* label) {
+    return Buffer<T>::device(zu(std::max<std::int64_t>(n, 1)), Backend::cuda, label);
+  }
+  [[nodiscard]] cudaStream_t s() const noexcept { return stream_.native(); }
+  [[nodiscard]] const float* w(int layer, std::string_view suffix) const {
+    return weight(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
+  }
+  [[nodiscard]] const float* weight(const std::string& name) const;
+  /// A linear layer's weights: fp32, or bf16 with EngineConfig::bf16_gemm (every linear tensor
+  /// but the embedding and kv_b_proj, which non-GEMM kernels read as floats).
+  struct LinearWeight {
+    const float* f32 = nullptr;
+    const std::uint16_t* bf16 = nullptr;
+  };
+  [[nodiscard]] LinearWeight wl(int layer, std::string_view suffix) const {
+    return linear_weight(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
+  }
+  [[nodiscard]] LinearWeight linear_weight(const std::string& name) const;
+  [[nodiscard]] int indexer_layer(int layer) const {
+    return layer - layer % model_.indexer.every_n_layers;
+  }
+  /// The first floats[layer] floats of buffers[layer] (empty before the first step).
+  [[nodiscard]] std::vector<float> download(const std::vector<Buffer<float>>& buffers,
+                                            const std::vector<std::int64_t>& floats, int layer,
+                                            const char* what) const;
+
+  void upload_weights(const ModelWeights& host);
+  void fill_context();
+  /// The workload's tables in device memory (synthetic workloads).
+  void upload_workload_tables();
+  /// Keys (and values) of layer l's context into k / v (bf16, the layout of k_cache_), and its
+  /// index keys.
+  void synthesise_context(int l, std::uint16_t* k, std::uint16_t* v);
+  void read_context(int l, std::uint16_t* k, std::uint16_t* v);
+  /// Whether layer l keeps its context's keys (values) on the GPU: always outside the hisparse
+  /// modes; in them the layers whose quality is sampled (their dense twin reads them) and, for
+  /// the exact top-k of GQA models, every layer's keys (what CapacityModel plans).
+  [[nodiscard]] bool keys_on_gpu(int l) const {
+    return !hot_rows_ || samples_quality(l) || (sparse_ && !model_.is_mla());
+  }
+  [[nodiscard]] bool values_on_gpu(int l) const {
+    return !model_.is_mla() && (!hot_rows_ || samples_quality(l));
+  }
+  void linear(const float* x, LinearWeight wt, float* y, int m, int n, int k, float beta = 0.0f,
+              int ldy = 0, int ldx = 0) const;
+  void rmsnorm(const float* x, const float* weight, float* y, int rows, int n, int ld = 0) const;
+  void rope(float* x, int heads, int head_stride, int offset, int dim, int row_stride = 0) const;
+  /// The workload's queries of `layer` for this step into workload_q_ (its index queries into
+  /// ix_workload_q_): made on the GPU, or a capture's copied up.
+  void workload_queries(int layer);
+  void workload_index_queries(int layer);
+  void upload_workload_queries(int layer, bool index, float* out);
+  void attention_gqa(int layer, StepStats& stats);
+  void attention_mla(int layer, StepStats& stats);
+  void select_dsa(int layer, StepStats& stats);
+  void place_hot(int layer, kernels::DecodeAttentionArgs& a, StepStats& stats);
+  void measure_quality(int layer, const kernels::DecodeAttentionArgs& sparse, int groups,
+                       StepStats& stats);
+  void ffn(int layer);
+  void swiglu_block(int layer, const std::string& prefix, int width);
+  /// EngineConfig::check_finite: marks `site` in first_non_finite_ when x holds a NaN or Inf.
+  void check_finite(const Buffer<float>& x, std::int64_t n, int site);
+
+  Stream stream_{Backend::cuda};
+  GpuPhaseClock clock_{stream_.native()};
+  KvWorkload workload_;
+  std::int64_t capacity_ = 0;  ///< rows per (request, KV head): context + max_decode_steps
+  std::int64_t step_ = 0;
+  std::map<std::string, Buffer<float>, std::less<>> weights_;
+  std::map<std::string, Buffer<std::uint16_t>, std::less<>> weights_bf16_;
+  Buffer<std::uint16_t> gemm_x_;  ///< a GEMM's activations rounded to bf16 [batch x widest k]
+  /// per layer [batch][kv_heads][capacity][dim], bf16 (empty where !rows_on_gpu)
+  std::vector<Buffer<std::uint16_t>> k_cache_, v_cache_;
+  std::vector<Buffer<std::uint8_t>> index_keys_;  ///< per indexer layer [batch][capacity][dim]
+  std::vector<Buffer<float>> index_scales_;       ///< per indexer layer [batch][capacity]
+  std::unique_ptr<HotRowCache> hot_rows_;
+  std::unique_ptr<FathomKeyIndex> fathom_index_;
+  // Activations and step state.
+  Buffer<float> x_, h_, q_, k_, v_, q_a_, kv_, q_model_, lat_, o_, mass_, scores_, gate_up_, act_,
+      logits_, router_logits_, route_weights_, ix_q_, ix_k_, ix_w_, workload_q_;
+  Buffer<float> ix_workload_q_;
+  /// MoE decode batches up to kMoeExpertsMaxTokens: the fused experts (kernels/moe), with each
+  /// MoE layer's table of expert weights (gate, up, down; experts_held each) and the scratch
+  /// activations; larger batches run every expert as GEMMs.
+  bool fused_experts_ = false;
+  std::vector<Buffer<const void*>> expert_tables_;
+  Buffer<float> expert_act_;
+  Buffer<std::uint16_t> new_rows_;  ///< the step's new KV rows as the hot rows hold them (bf16)
+  Buffer<std::int32_t> tokens_, indices_, slots_;
+  // The synthetic workload on the GPU: D and a per (layer, KV head), key / value seeds per
+  // (layer, KV head, request), query seeds per (layer, request), index channels per layer, and
+  // the query walk's state per layer.
+  bool gpu_workload_ = false;
+  Buffer<float> wl_scale_, wl_anchor_;
+  Buffer<std::uint64_t> wl_key_seeds_, wl_value_seeds_, wl_query_seeds_;
+  Buffer<std::int32_t> wl_index_channels_;
+  std::vector<Buffer<float>> wl_query_state_;
+  Buffer<std::int64_t> positions_, lens_, group_lens_;
+  std::vector<Buffer<float>> attention_out_, query_record_;    ///< per layer, last step
+  std::vector<std::int64_t> attention_floats_, query_floats_;  ///< per layer, last step
+  // Host staging: pinned copies for the workload's queries, the next tokens and the Fathom path.
+  Buffer<float> workload_host_;
+  Buffer<std::int32_t> tokens_host_;
+  // EngineConfig::check_finite: the step's first non-finite site on the GPU and its pinned copy.
+  Buffer<std::int32_t> first_non_finite_, first_non_finite_host_;
+  std::vector<float> fathom_q_host_, fathom_k_host_;
+  std::vector<std::int32_t> fathom_indices_host_;
+};
+
+}  // namespace hisparse::detail
