@@ -129,6 +129,29 @@ __global__ void store_bf16_rows_kernel(StoreBf16RowsArgs a) {
   }
 }
 
+// One block per row; 16-byte words where every address and the size allow, else bytes.
+__global__ void append_rows_kernel(AppendRowsArgs a) {
+  const std::uint8_t* src = a.src + static_cast<std::size_t>(blockIdx.x) * a.bytes;
+  std::uint8_t* pool = a.pool + blockIdx.x * a.pool_stride;
+  std::uint8_t* hot = a.hot + blockIdx.x * a.hot_stride;
+  const bool words =
+      ((reinterpret_cast<std::uintptr_t>(src) | reinterpret_cast<std::uintptr_t>(pool) |
+        reinterpret_cast<std::uintptr_t>(hot) | static_cast<std::uintptr_t>(a.bytes)) &
+       15u) == 0;
+  if (words) {
+    for (int i = static_cast<int>(threadIdx.x); i < a.bytes / 16; i += blockDim.x) {
+      const uint4 v = reinterpret_cast<const uint4*>(src)[i];
+      reinterpret_cast<uint4*>(pool)[i] = v;
+      reinterpret_cast<uint4*>(hot)[i] = v;
+    }
+    return;
+  }
+  for (int i = static_cast<int>(threadIdx.x); i < a.bytes; i += blockDim.x) {
+    pool[i] = src[i];
+    hot[i] = src[i];
+  }
+}
+
 __global__ void mark_non_finite_kernel(MarkNonFiniteArgs a) {
   HISPARSE_GRID_STRIDE(i, a.n) {
     if (!isfinite(a.x[i])) atomicMin(a.first_site, a.site);  // rare: one atomic per bad value
@@ -228,6 +251,11 @@ void launch_store_bf16_rows(const StoreBf16RowsArgs& a, cudaStream_t s) {
   if (a.rows <= 0 || a.width <= 0) return;
   store_bf16_rows_kernel<<<blocks_for(static_cast<std::int64_t>(a.rows) * a.width), kThreads, 0,
                            s>>>(a);
+  HISPARSE_CUDA_CHECK_LAUNCH();
+}
+void launch_append_rows(const AppendRowsArgs& a, cudaStream_t s) {
+  if (a.rows <= 0 || a.bytes <= 0) return;
+  append_rows_kernel<<<static_cast<unsigned>(a.rows), 128, 0, s>>>(a);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 void launch_mark_non_finite(const MarkNonFiniteArgs& a, cudaStream_t s) {

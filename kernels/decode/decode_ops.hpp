@@ -1,7 +1,7 @@
 // The small steps of a decode step that are not a GEMM, a norm or attention: the embedding gather,
 // mixing a workload's queries with the model's, MLA's per-head absorption and up-projection, the
-// MoE router's choice, row scaling, bias, the greedy argmax, the hot-buffer slot numbering and the
-// non-finite check of --verify.
+// MoE router's choice, row scaling, bias, the greedy argmax, the hot-buffer slot numbering, the
+// HiSparse append and the non-finite check of --verify.
 // Each has a CPU twin (the DecodeEngine's CPU arithmetic) and a CUDA launcher; all pointers are
 // device memory on CUDA.
 #pragma once
@@ -123,6 +123,20 @@ struct StoreBf16RowsArgs {
   std::int64_t dst_stride = 0;  ///< elements between dst rows (0: width)
 };
 
+/// The HiSparse append: the newest KV row of every stream into the host pool and into the hot
+/// buffer's newest-token slot at once, src row r to pool + r * pool_stride and to
+/// hot + r * hot_stride (`bytes` each). On CUDA the pool address is the mapped pinned memory's
+/// device address, so one launch replaces two copies per stream.
+struct AppendRowsArgs {
+  const std::uint8_t* src = nullptr;  ///< [rows][bytes]
+  std::uint8_t* pool = nullptr;
+  std::size_t pool_stride = 0;
+  std::uint8_t* hot = nullptr;
+  std::size_t hot_stride = 0;
+  int rows = 0;
+  int bytes = 0;
+};
+
 /// Numerical health: *first_site = min(*first_site, site) when any of the n floats of x is NaN or
 /// Inf. A step numbers its check points in order, so the smallest marked site is where a
 /// non-finite value first appeared; *first_site starts at INT_MAX.
@@ -146,6 +160,7 @@ void launch_argmax(const ArgmaxArgs& args, cudaStream_t stream);
 void launch_slots_from_physical(const SlotsFromPhysicalArgs& args, cudaStream_t stream);
 void launch_store_bf16_rows(const StoreBf16RowsArgs& args, cudaStream_t stream);
 void launch_mark_non_finite(const MarkNonFiniteArgs& args, cudaStream_t stream);
+void launch_append_rows(const AppendRowsArgs& args, cudaStream_t stream);
 #endif
 void gather_rows_ref(const GatherRowsArgs& args);
 void blend_queries_ref(const BlendQueriesArgs& args);
@@ -159,5 +174,6 @@ void argmax_ref(const ArgmaxArgs& args);
 void slots_from_physical_ref(const SlotsFromPhysicalArgs& args);
 void store_bf16_rows_ref(const StoreBf16RowsArgs& args);
 void mark_non_finite_ref(const MarkNonFiniteArgs& args);
+void append_rows_ref(const AppendRowsArgs& args);
 
 }  // namespace hisparse::kernels

@@ -102,6 +102,14 @@ void store_bf16_rows_ref(const StoreBf16RowsArgs& a) {
     }
 }
 
+void append_rows_ref(const AppendRowsArgs& a) {
+  for (int r = 0; r < a.rows; ++r) {
+    const std::uint8_t* src = a.src + zu(r) * zu(a.bytes);
+    std::copy_n(src, a.bytes, a.pool + zu(r) * a.pool_stride);
+    std::copy_n(src, a.bytes, a.hot + zu(r) * a.hot_stride);
+  }
+}
+
 void mark_non_finite_ref(const MarkNonFiniteArgs& a) {
   for (std::int64_t i = 0; i < a.n; ++i)
     if (!std::isfinite(a.x[i])) {

@@ -109,7 +109,7 @@ kernels::SwapInArgs HotCache::kernel_args(int layer, const SwapInStep& step) con
   a.host_pool = pool_.layer_view(layer);
   a.copy_bytes = pool_.copy_bytes();
   a.physical_rows = step.physical_rows;
-  a.stats = stats_.device_data();
+  a.stats = step.stats != nullptr ? step.stats : stats_.device_data();
   a.plan = {plan_count_.device_data(),
             plan_slot_.device_data(),
             plan_token_.device_data(),

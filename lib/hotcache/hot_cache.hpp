@@ -56,6 +56,10 @@ struct SwapInStep {
       nullptr;  ///< [batch] cache slot per row; null: row == request
   int batch = 0;
   std::int32_t* physical_rows = nullptr;  ///< [batch][top_k] output
+  /// Optional [batch][2] (hits, misses) output, device-visible (mapped pinned memory on CUDA):
+  /// the caller reads it after the stream has passed the call (StatsMode::skip); null: the
+  /// cache's own counts, which swap_in returns with StatsMode::read.
+  std::int32_t* stats = nullptr;
 };
 
 struct SwapInStats {

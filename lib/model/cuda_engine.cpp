@@ -1,19 +1,21 @@
-// The CUDA decode engine: the CPU engine's decode step (decode_engine.cpp) with every phase on the
-// GPU, in all five modes, checked against that twin on the tiny models (tests/gpu). Stage one of
-// issue 42: plain fp32 kernels where speed is not yet the point, weights and caches in the CPU
-// engine's float layout so both backends compute the same numbers.
+// The CUDA decode engine: the CPU engine's decode step (cpu_engine.cpp) with every phase on the
+// GPU, in all five modes, checked against that twin on the tiny models (tests/gpu) and, on any
+// scenario, by `run --verify`. KV rows are bf16 in both engines; GEMMs fp32 (the default, within
+// float rounding of the twin) or bf16 (deployment.gemm_dtype).
 //
 // What is on the GPU: the embedding gather, RMSNorm, every linear layer (cuBLASLt), RoPE, the MLA
 // absorption and up-projection, the KV append, the DSA indexer and its fp8 index keys, the exact
 // top-k, the GQA baseline's group attention mass, attention over all rows or a selection, the
 // HiSparse swap-in (the existing kernel), the Fathom plane scan (the existing selector), the
-// MoE router, experts and shared expert, the LM head and the greedy argmax.
+// MoE router, experts (fused for decode batches, kernels/moe) and shared expert, the LM head and the
+// greedy argmax.
 // A synthetic workload is made on the GPU (kernels/workload: the context's KV rows and index keys
 // at construction, each step's queries per layer), bit for bit KvWorkload's values; a replayed
 // capture is read on the host and copied up.
-// What still crosses to the host inside a step, for now: a replayed capture's queries, the Fathom
-// selector's queries and selections, the swap-in's hit counts and traces, and the next tokens at
-// the end of the step. Each is a synchronisation that a CUDA graph of the whole step cannot hold.
+// What still crosses to the host inside a step, for now: a replayed capture's queries and the Fathom
+// selector's queries and selections (each a synchronisation that a CUDA graph of the whole step
+// cannot hold). The swap-in's counts and selections land in pinned memory and are read with the
+// next tokens once the step has finished.
 #include "model/detail/cuda_engine.hpp"
 
 namespace hisparse::detail {
@@ -583,6 +585,12 @@ StepStats CudaDecodeEngine::step() {
                                           cudaMemcpyDeviceToHost, s()));
   }
   stream_.synchronize();
+  if (hot_rows_) {
+    const SwapInStats st = hot_rows_->finish_step_device();
+    stats.hits += st.hits;
+    stats.misses += st.misses;
+    stats.bytes_h2d += st.misses * static_cast<std::int64_t>(deployed_row_bytes_);
+  }
   if (config_.check_finite && first_non_finite_host_.host_data()[0] != kNoSite)
     throw non_finite_error(model_, config_, step_, first_non_finite_host_.host_data()[0]);
   stats.next_tokens.assign(tokens_host_.host_data(), tokens_host_.host_data() + batch_);

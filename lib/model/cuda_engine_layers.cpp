@@ -143,7 +143,7 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
     a.top_k = width_;
     a.index_groups = kvh;
   }
-  if (hot_rows_) place_hot(l, a, stats);
+  if (hot_rows_) place_hot(l, a);
   {
     HISPARSE_RANGE("attention", Phase::attention);
     GpuPhaseClock::Scope t(clock_, "attention");
@@ -249,7 +249,7 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
     a.top_k = top_k_;
     a.index_groups = 1;
   }
-  if (hot_rows_) place_hot(l, a, stats);
+  if (hot_rows_) place_hot(l, a);
   {
     HISPARSE_RANGE("attention", Phase::attention);
     GpuPhaseClock::Scope t(clock_, "attention");
@@ -353,14 +353,11 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
   kernels::launch_topk(tk, s());
 }
 
-void CudaDecodeEngine::place_hot(int l, kernels::DecodeAttentionArgs& a, StepStats& stats) {
+void CudaDecodeEngine::place_hot(int l, kernels::DecodeAttentionArgs& a) {
   HISPARSE_RANGE("swap_in", Phase::swap_in);
   GpuPhaseClock::Scope t(clock_, "swap_in");
-  const SwapInStats st =
-      hot_rows_->swap_in_device(l, a.indices, seq_len_ + 1, slots_.device_data(), stream_);
-  stats.hits += st.hits;
-  stats.misses += st.misses;
-  stats.bytes_h2d += st.misses * static_cast<std::int64_t>(deployed_row_bytes_);
+  // Asynchronous: the step's hits and misses are read once it has finished (CudaDecodeEngine::step).
+  hot_rows_->swap_in_device(l, a.indices, seq_len_ + 1, slots_.device_data(), stream_);
   const auto* rows = reinterpret_cast<const std::uint16_t*>(hot_rows_->layer_rows_bytes(l));
   a.k_bf16 = rows;
   a.v_bf16 = model_.is_mla() ? rows : rows + key_dim_;

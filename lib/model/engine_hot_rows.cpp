@@ -38,7 +38,11 @@ HotRowCache::HotRowCache(const HotRowShape& shape, Backend backend)
   num_real_device_ = Buffer<std::int32_t>::device(1, backend, "hisparse swap-in batch");
   physical_device_ =
       Buffer<std::int32_t>::device(physical_.size(), backend, "hisparse swap-in rows");
-  selected_host_.resize(physical_.size());
+  const auto layers = static_cast<std::size_t>(shape.layers);
+  stats_pinned_ =
+      Buffer<std::int32_t>::pinned(layers * streams * 2, backend, "hisparse swap-in counts (host)");
+  selected_pinned_ = Buffer<std::int32_t>::pinned(layers * physical_.size(), backend,
+                                                  "hisparse selections (host)");
   const std::int32_t real = shape.streams;
   copy_bytes(num_real_device_.device_data(), &real, sizeof(real), backend);
 }

@@ -60,10 +60,15 @@ class HotRowCache {
   /// enqueued on `stream` (the pool row from the GPU, the newest-token slot on the GPU), ordered
   /// before the next swap-in on the same stream.
   void append_device(int layer, std::int64_t seq_len, const void* rows, const Stream& stream);
-  /// CUDA engine: swap_in() with the selection and the slots in device memory, on `stream`.
-  /// Waits for the counts, and copies the selection back for the traces.
-  SwapInStats swap_in_device(int layer, const std::int32_t* selected, std::int64_t seq_len,
-                             std::int32_t* slots, const Stream& stream);
+  /// CUDA engine: swap_in() with the selection and the slots in device memory, enqueued on
+  /// `stream` without waiting: the counts and a copy of the selection land in pinned memory of
+  /// the layer, which finish_step_device() reads once the stream has passed them.
+  void swap_in_device(int layer, const std::int32_t* selected, std::int64_t seq_len,
+                      std::int32_t* slots, const Stream& stream);
+  /// CUDA engine, after the step's work has finished (the engine synchronised its stream): the
+  /// hits and misses of every swap_in_device() since the last call, summed, and their selections
+  /// recorded in the traces.
+  SwapInStats finish_step_device();
 #endif
   /// The layer's hot rows: slot s of stream r at (r * (hot + 1) + s) * row_elements elements.
   [[nodiscard]] const std::uint8_t* layer_rows_bytes(int layer) const;
@@ -85,8 +90,15 @@ class HotRowCache {
   void record_traces(int layer, const std::int32_t* selected, std::int64_t seq_len);
   // CUDA engine: device copies of the swap-in's inputs and output, and a host copy of a selection
   Buffer<std::int64_t> seq_lens_device_;
+  std::int64_t uploaded_seq_len_ = -1;  ///< what seq_lens_device_ holds
   Buffer<std::int32_t> num_real_device_, physical_device_;
-  std::vector<std::int32_t> selected_host_;
+  /// Per layer, pinned: the swap-in's [streams][2] counts and a copy of its selection
+  Buffer<std::int32_t> stats_pinned_, selected_pinned_;
+  struct PendingSwapIn {
+    int layer;
+    std::int64_t seq_len;
+  };
+  std::vector<PendingSwapIn> pending_;  ///< swap_in_device() calls finish_step_device() reads
 };
 
 }  // namespace hisparse

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 
 #include "core/cuda_check.hpp"
 #include "kernels/decode/decode_ops.hpp"
@@ -12,27 +13,35 @@ namespace hisparse {
 
 void HotRowCache::append_device(int layer, std::int64_t seq_len, const void* rows,
                                 const Stream& stream) {
-  const std::size_t bytes = row_bytes();
+  (void)pool_row_bytes(0, layer, seq_len - 1);  // checks the token against the pool's capacity
   const HotBuffer& hb = cache_.hot_buffer();
-  const int slot = hb.newest_slot(seq_len);
-  for (int s = 0; s < shape_.streams; ++s) {
-    const auto* row = static_cast<const std::uint8_t*>(rows) + static_cast<std::size_t>(s) * bytes;
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(pool_row_bytes(s, layer, seq_len - 1), row, bytes,
-                                        cudaMemcpyDeviceToHost, stream.native()));
-    std::uint8_t* dst = hb.layer_rows(layer) +
-                        static_cast<std::size_t>(hb.physical_row(s, slot)) * hb.shape().row_stride;
-    HISPARSE_CUDA_CHECK(
-        cudaMemcpyAsync(dst, row, bytes, cudaMemcpyDeviceToDevice, stream.native()));
-  }
+  const kernels::HostPoolView pool = cache_.pool().layer_view(layer);
+  kernels::AppendRowsArgs a;
+  a.src = static_cast<const std::uint8_t*>(rows);
+  // The pool's device address (mapped pinned memory): the kernel writes host memory directly.
+  a.pool = const_cast<std::uint8_t*>(pool.base) +
+           static_cast<std::size_t>(seq_len - 1) * pool.row_stride;
+  a.pool_stride = pool.request_stride;
+  a.hot =
+      hb.layer_rows(layer) +
+      static_cast<std::size_t>(hb.physical_row(0, hb.newest_slot(seq_len))) * hb.shape().row_stride;
+  a.hot_stride = static_cast<std::size_t>(hb.physical_row(1, 0)) * hb.shape().row_stride;
+  a.rows = shape_.streams;
+  a.bytes = static_cast<int>(row_bytes());
+  kernels::launch_append_rows(a, stream.native());
 }
 
-SwapInStats HotRowCache::swap_in_device(int layer, const std::int32_t* selected,
-                                        std::int64_t seq_len, std::int32_t* slots,
-                                        const Stream& stream) {
-  std::fill(seq_lens_.begin(), seq_lens_.end(), seq_len);
-  HISPARSE_CUDA_CHECK(cudaMemcpyAsync(seq_lens_device_.device_data(), seq_lens_.data(),
-                                      seq_lens_.size() * sizeof(std::int64_t),
-                                      cudaMemcpyHostToDevice, stream.native()));
+void HotRowCache::swap_in_device(int layer, const std::int32_t* selected, std::int64_t seq_len,
+                                 std::int32_t* slots, const Stream& stream) {
+  if (seq_len != uploaded_seq_len_) {  // once per step: every layer swaps in at one length
+    std::fill(seq_lens_.begin(), seq_lens_.end(), seq_len);
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(seq_lens_device_.device_data(), seq_lens_.data(),
+                                        seq_lens_.size() * sizeof(std::int64_t),
+                                        cudaMemcpyHostToDevice, stream.native()));
+    uploaded_seq_len_ = seq_len;
+  }
+  const std::size_t entries = physical_.size();
+  const auto streams = static_cast<std::size_t>(shape_.streams);
   SwapInStep step;
   step.selected = selected;
   step.seq_lens = seq_lens_device_.device_data();
@@ -40,8 +49,8 @@ SwapInStats HotRowCache::swap_in_device(int layer, const std::int32_t* selected,
   step.num_real = num_real_device_.device_data();
   step.batch = shape_.streams;
   step.physical_rows = physical_device_.device_data();
-  // StatsMode::read waits for the stream: the host-side seq_lens_ copy above has been read.
-  const SwapInStats stats = cache_.swap_in(layer, step, stream);
+  step.stats = stats_pinned_.device_data() + static_cast<std::size_t>(layer) * streams * 2;
+  (void)cache_.swap_in(layer, step, stream, StatsMode::skip);
   kernels::SlotsFromPhysicalArgs a;
   a.physical = physical_device_.device_data();
   a.slots = slots;
@@ -49,12 +58,30 @@ SwapInStats HotRowCache::swap_in_device(int layer, const std::int32_t* selected,
   a.width = shape_.width;
   a.hot = shape_.hot;
   kernels::launch_slots_from_physical(a, stream.native());
-  HISPARSE_CUDA_CHECK(cudaMemcpyAsync(selected_host_.data(), selected,
-                                      selected_host_.size() * sizeof(std::int32_t),
-                                      cudaMemcpyDeviceToHost, stream.native()));
-  stream.synchronize();
-  record_traces(layer, selected_host_.data(), seq_len);
-  return stats;
+  HISPARSE_CUDA_CHECK(cudaMemcpyAsync(
+      selected_pinned_.host_data() + static_cast<std::size_t>(layer) * entries, selected,
+      entries * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream.native()));
+  pending_.push_back({layer, seq_len});
+}
+
+SwapInStats HotRowCache::finish_step_device() {
+  SwapInStats total;
+  const auto streams = static_cast<std::size_t>(shape_.streams);
+  for (const PendingSwapIn& p : pending_) {
+    const std::int32_t* counts =
+        stats_pinned_.host_data() + static_cast<std::size_t>(p.layer) * streams * 2;
+    for (std::size_t r = 0; r < streams; ++r) {
+      total.hits += counts[2 * r];
+      total.misses += counts[2 * r + 1];
+    }
+    record_traces(
+        p.layer,
+        selected_pinned_.host_data() + static_cast<std::size_t>(p.layer) * physical_.size(),
+        p.seq_len);
+  }
+  total.bytes = total.misses * static_cast<std::int64_t>(cache_.pool().copy_bytes());
+  pending_.clear();
+  return total;
 }
 
 }  // namespace hisparse

@@ -583,6 +583,37 @@ TEST_F(DecodeKernelsGpu, SmallDecodeOpsMatchTheTwin) {
   EXPECT_EQ(slots.fetch(), (std::vector<std::int32_t>{0, 5, -1, 0, 8, -1}));
 }
 
+// The HiSparse append into mapped pinned memory (the pool) and device memory (the hot buffer):
+// 16-byte rows (1152 B, the MLA bf16 row) and odd ones (20 B), rows apart by the strides.
+TEST_F(DecodeKernelsGpu, AppendRowsWritesPoolAndHotBufferAsTheTwin) {
+  std::mt19937 rng(17);
+  for (int bytes : {1152, 20}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    const int rows = 5;
+    const std::size_t pool_stride = 3 * 1152 + 16, hot_stride = 2 * 1152 + 32;
+    std::vector<std::uint8_t> src(static_cast<std::size_t>(rows) * bytes);
+    for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+    Mirror<std::uint8_t> src_d(src);
+    auto pool = Buffer<std::uint8_t>::pinned(rows * pool_stride, Backend::cuda, "test pool");
+    std::fill_n(pool.host_data(), pool.size(), std::uint8_t{0xAB});
+    Mirror<std::uint8_t> hot(std::vector<std::uint8_t>(rows * hot_stride, 0xCD));
+    kernels::AppendRowsArgs a{
+        src_d.dev(), pool.device_data() + 7, pool_stride, hot.dev() + 64, hot_stride, rows, bytes};
+    if (bytes % 16 == 0) a.pool = pool.device_data() + 16;
+    kernels::launch_append_rows(a, s());
+    const auto got_hot = hot.fetch();  // synchronises
+    std::vector<std::uint8_t> want_pool(pool.size(), 0xAB), want_hot(rows * hot_stride, 0xCD);
+    const std::ptrdiff_t pool_at = a.pool - pool.device_data();
+    a.src = src.data();
+    a.pool = want_pool.data() + pool_at;
+    a.hot = want_hot.data() + 64;
+    kernels::append_rows_ref(a);
+    EXPECT_EQ(std::vector<std::uint8_t>(pool.host_data(), pool.host_data() + pool.size()),
+              want_pool);
+    EXPECT_EQ(got_hot, want_hot);
+  }
+}
+
 // The fused MoE experts against their twin: fp32 and bf16 weights, 1, 7 and 64 tokens (the
 // limit), widths that are multiples of 8 but not of a lane pass (256), an expert nobody chose.
 TEST_F(DecodeKernelsGpu, MoeExpertsMatchTheTwin) {

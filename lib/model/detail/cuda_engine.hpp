@@ -191,7 +191,7 @@ class CudaDecodeEngine final : public EngineImpl {
   void attention_gqa(int layer, StepStats& stats);
   void attention_mla(int layer, StepStats& stats);
   void select_dsa(int layer, StepStats& stats);
-  void place_hot(int layer, kernels::DecodeAttentionArgs& a, StepStats& stats);
+  void place_hot(int layer, kernels::DecodeAttentionArgs& a);
   void measure_quality(int layer, const kernels::DecodeAttentionArgs& sparse, int groups,
                        StepStats& stats);
   void ffn(int layer);
