@@ -1,6 +1,7 @@
 #include "bench/pipeline_verifier.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "model/capacity_model.hpp"
 #include "trace/nvtx.hpp"
 
 namespace hisparse {
@@ -17,9 +19,18 @@ namespace {
 // differ by float rounding only; bf16 GEMMs turn such differences into bf16 steps (2^-8).
 constexpr double kFp32QueryTolerance = 1e-4, kFp32AttentionTolerance = 1e-3;
 constexpr double kBf16Tolerance = 3e-2;
+// The same rows read from the hot buffer instead of the GPU-resident cache, by the same kernels.
+constexpr double kSameKernelsTolerance = 1e-6;
+
+// The twin of a CUDA point: the mode without offload on the GPU (large models), or none.
+std::optional<Mode> gpu_twin_mode(Mode mode) {
+  if (mode == Mode::hisparse) return Mode::sparse_gpu;
+  if (mode == Mode::hisparse_fathom) return Mode::fathom;
+  return std::nullopt;
+}
 
 constexpr const char* kFix =
-    "the CUDA engine and its CPU twin disagree: run the GPU tests (ctest --preset gpu, or "
+    "the engine and its twin disagree: run the GPU tests (ctest --preset gpu, or "
     ".ci/device-check gpu-tests) to find the kernel, and report the scenario";
 }  // namespace
 
@@ -52,19 +63,36 @@ PipelineVerifier::PipelineVerifier(const ModelSpec& model, const EngineConfig& c
   }
   HISPARSE_RANGE("verify_twin", Phase::other);
   EngineConfig twin = config_;
-  twin.backend = Backend::cpu;
+  const bool large = static_cast<double>(CapacityModel(model).weight_bytes()) > kCpuTwinWeightBytes;
+  if (!large) {
+    twin.backend = Backend::cpu;
+    compare_hot_buffer_ = true;
+    report_.twin = "cpu engine";
+  } else if (const auto mode = gpu_twin_mode(config_.mode)) {
+    twin.mode = *mode;
+    report_.twin = fmt::format("cuda engine, mode {}", name_of(*mode));
+  } else {
+    report_.twin = fmt::format(
+        "none: a CPU step of {} takes minutes, and {} has no mode without offload to compare "
+        "with (non-finite check only)",
+        model.name, name_of(config_.mode));
+    return;
+  }
   try {
     twin_ = std::make_unique<DecodeEngine>(model, twin);
   } catch (const Error& e) {
-    throw Error(
-        "--verify",
-        fmt::format("the CPU twin of the point did not start: {}: {}", e.where(), e.problem()),
-        "verify a smaller point (lower concurrency or context_length), or run without "
-        "--verify");
+    throw Error("--verify",
+                fmt::format("the twin of the point ({}) did not start: {}: {}", report_.twin,
+                            e.where(), e.problem()),
+                "verify a smaller point (lower concurrency or context_length), or run without "
+                "--verify");
   }
-  report_.twin = "cpu engine";
-  report_.query_tolerance = config_.bf16_gemm ? kBf16Tolerance : kFp32QueryTolerance;
-  report_.attention_tolerance = config_.bf16_gemm ? kBf16Tolerance : kFp32AttentionTolerance;
+  if (!compare_hot_buffer_) {
+    report_.query_tolerance = report_.attention_tolerance = kSameKernelsTolerance;
+  } else {
+    report_.query_tolerance = config_.bf16_gemm ? kBf16Tolerance : kFp32QueryTolerance;
+    report_.attention_tolerance = config_.bf16_gemm ? kBf16Tolerance : kFp32AttentionTolerance;
+  }
 }
 
 PipelineVerifier::~PipelineVerifier() = default;
@@ -81,15 +109,15 @@ void PipelineVerifier::after_step(int step, const DecodeEngine& engine, const St
   ++report_.steps;
   std::string differs;
   if (got.next_tokens != want.next_tokens)
-    differs = fmt::format("the next tokens differ: CUDA {} against the CPU twin's {}",
-                          got.next_tokens, want.next_tokens);
-  else if (got.hits != want.hits || got.misses != want.misses)
-    differs = fmt::format(
-        "the hot buffer differs: CUDA {} hits / {} misses against the CPU "
-        "twin's {} / {}",
-        got.hits, got.misses, want.hits, want.misses);
+    differs = fmt::format("the next tokens differ: {} against the twin's ({}) {}", got.next_tokens,
+                          report_.twin, want.next_tokens);
+  else if (compare_hot_buffer_ && (got.hits != want.hits || got.misses != want.misses))
+    differs =
+        fmt::format("the hot buffer differs: {} hits / {} misses against the CPU twin's {} / {}",
+                    got.hits, got.misses, want.hits, want.misses);
   if (!differs.empty()) {
-    if (!config_.bf16_gemm) throw Error(where(step), differs, kFix);
+    // A GPU twin runs the same kernels on the same values: any difference is a fault.
+    if (!config_.bf16_gemm || !compare_hot_buffer_) throw Error(where(step), differs, kFix);
     // A bf16 rounding flip moved an argmax or a selection's edge: from here on the two decode
     // differently, so there is nothing left to compare.
     report_.diverged_at_step = step;
@@ -103,16 +131,16 @@ void PipelineVerifier::after_step(int step, const DecodeEngine& engine, const St
                              const char* what, double tolerance, double& worst) {
       if (a.size() != b.size())
         throw Error(where(step),
-                    fmt::format("layer {}'s {} hold {} floats on CUDA and {} on the CPU twin", l,
-                                what, a.size(), b.size()),
+                    fmt::format("layer {}'s {} hold {} floats here and {} in the twin ({})", l,
+                                what, a.size(), b.size(), report_.twin),
                     kFix);
       const double e = relative_l2(a, b);
       worst = std::max(worst, e);
       if (!(e <= tolerance))  // NaN fails too
         throw Error(where(step),
-                    fmt::format("layer {}'s {} differ from the CPU twin's by {:.3g} (relative "
-                                "L2), above the tolerance {:g}",
-                                l, what, e, tolerance),
+                    fmt::format("layer {}'s {} differ from the twin's ({}) by {:.3g} "
+                                "(relative L2), above the tolerance {:g}",
+                                l, what, report_.twin, e, tolerance),
                     kFix);
     };
     compare(engine.last_queries(l), twin_->last_queries(l), "attention queries",

@@ -1,9 +1,15 @@
 // PipelineVerifier: what `hisparse-bench run --verify` checks. A point on the CUDA backend steps a
-// CPU DecodeEngine of the same configuration beside its own (the twin: same seed, same workload,
-// so the same decode) and compares the two: the next tokens, hot-buffer hits and misses of every
-// step, and on sampled steps the attention queries and outputs of every layer. Both engines also
-// check their residual stream for NaN and Inf (EngineConfig::check_finite). On the CPU backend the
-// engine is its own twin, so only the non-finite check runs.
+// twin engine beside its own (same seed, same workload, so the same decode) and compares the two:
+// the next tokens of every step, and on sampled steps the attention queries and outputs of every
+// layer. The twin is
+//   - a CPU DecodeEngine of the same configuration, for models whose CPU step is cheap (weights up
+//     to kCpuTwinWeightBytes): the hot buffer's hits and misses must match too;
+//   - on larger models, whose CPU step takes minutes, a CUDA engine of the mode without offload:
+//     `hisparse` against `sparse-gpu`, `hisparse+fathom` against `fathom` (the same selections
+//     read from the hot buffer instead of GPU-resident rows must give the same outputs);
+//   - none for the other modes of larger models (the non-finite check only).
+// Both engines check their residual stream for NaN and Inf (EngineConfig::check_finite). On the
+// CPU backend the engine is its own reference, so only the non-finite check runs.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +23,12 @@
 
 namespace hisparse {
 
+/// Models with more weight bytes than this get a CUDA twin (or none) instead of the CPU engine.
+inline constexpr double kCpuTwinWeightBytes = 2.0 * 1024 * 1024 * 1024;
+
 /// What a verified point compared, recorded in its metrics as `verify`.
 struct VerifyReport {
-  std::string twin;                ///< "cpu engine", or why there is none
+  std::string twin;                ///< "cpu engine", "cuda engine, mode M", or why there is none
   int every = 1;                   ///< layer tensors compared every `every` steps from step 0
   int steps = 0;                   ///< steps whose tokens, hits and misses were compared
   int layer_steps = 0;             ///< steps whose layer tensors were compared
@@ -57,6 +66,7 @@ class PipelineVerifier {
   const ModelSpec& model_;
   EngineConfig config_;
   std::unique_ptr<DecodeEngine> twin_;
+  bool compare_hot_buffer_ = false;  ///< the twin has the same hot buffer (the CPU twin)
   VerifyReport report_;
 };
 

@@ -166,6 +166,32 @@ TEST_F(DecodeEngineGpu, PipelineVerifierPassesTheCudaEngine) {
     }
 }
 
+// run --verify on a large preset: hisparse against a sparse-gpu CUDA twin (the same selections
+// read from the hot buffer instead of GPU-resident rows), GLM-5.1 with shared layer weights.
+TEST_F(DecodeEngineGpu, PipelineVerifierComparesHisparseWithSparseGpuOnALargeModel) {
+  const ModelSpec model = load_model("glm-5.1-fp8-rank");
+  EngineConfig c;
+  c.backend = Backend::cuda;
+  c.mode = Mode::hisparse;
+  c.concurrency = 2;
+  c.context_length = 2048;
+  c.top_k = 256;
+  c.hot_buffer = 512;
+  c.max_decode_steps = 3;
+  c.share_layer_weights = true;
+  c.quality_metrics = false;
+  PipelineVerifier verifier(model, c, 1);
+  EXPECT_EQ(verifier.report().twin, "cuda engine, mode sparse-gpu");
+  DecodeEngine engine(model, PipelineVerifier::checked(c));
+  for (int s = 0; s < 3; ++s) {
+    const StepStats st = engine.step();
+    EXPECT_GT(st.misses, 0) << "hot 512 of 2048 tokens must miss";
+    verifier.after_step(s, engine, st);
+  }
+  EXPECT_EQ(verifier.report().layer_steps, 3);
+  EXPECT_LE(verifier.report().max_attention_error, 1e-6);
+}
+
 // The non-finite check on the GPU names the same site as the CPU engine's, for a checkpoint whose
 // layer-1 FFN norm holds an Inf.
 TEST_F(DecodeEngineGpu, NonFiniteCheckNamesTheSiteTheCpuEngineNames) {

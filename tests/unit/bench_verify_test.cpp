@@ -13,6 +13,7 @@
 
 #include "bench/pipeline_verifier.hpp"
 #include "bench/runner.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "kernels/decode/decode_ops.hpp"
 #include "model/decode_engine.hpp"
@@ -130,7 +131,8 @@ TEST(PipelineVerifier, ADifferentDecodeFailsNamingTheStepAndWhatDiffers) {
   const std::string e = test::error_message([&] { verifier.after_step(0, engine, engine.step()); });
   EXPECT_EQ(e.rfind("--verify: tiny-gqa sparse-gpu at context 64, step 0: ", 0), 0u) << e;
   EXPECT_TRUE(e.find("the next tokens differ") != std::string::npos ||
-              e.find("layer 0's attention queries differ from the CPU twin's") != std::string::npos)
+              e.find("layer 0's attention queries differ from the twin's (cpu engine)") !=
+                  std::string::npos)
       << e;
   EXPECT_NE(e.find("ctest --preset gpu"), std::string::npos) << e;
 }
@@ -151,6 +153,27 @@ TEST(PipelineVerifier, Bf16GemmsStopComparingWhereTheDecodesPart) {
   // tokens differ by step 2 at the latest, and the comparison stops there without failing.
   EXPECT_GE(verifier.report().diverged_at_step, 0);
   EXPECT_LE(verifier.report().steps, 3);
+}
+
+// A model whose CPU step takes minutes: hisparse is compared with a CUDA sparse-gpu twin (which,
+// on a machine without a GPU, cannot start: the message says which twin), dense with none.
+TEST(PipelineVerifier, LargeModelsGetTheModeWithoutOffloadOnTheGpuOrNoTwin) {
+  const ModelSpec glm = load_model("glm-5.1-fp8-rank");
+  EngineConfig c;
+  c.backend = Backend::cuda;
+  c.mode = Mode::dense;
+  c.context_length = 1024;
+  const PipelineVerifier none(glm, c, 1);
+  EXPECT_EQ(none.report().twin,
+            "none: a CPU step of glm-5.1-fp8-rank takes minutes, and dense has no mode without "
+            "offload to compare with (non-finite check only)");
+  if (cuda_available()) GTEST_SKIP() << "the GPU twin starts on this machine (GPU tests)";
+  c.mode = Mode::hisparse;
+  EXPECT_EQ(test::error_message([&] { PipelineVerifier v(glm, c, 1); })
+                .rfind("--verify: the twin of the point (cuda engine, mode sparse-gpu) did not "
+                       "start: ",
+                       0),
+            0u);
 }
 
 TEST(BenchRunnerVerify, RecordsTheCheckAndFailsAPointThatTurnsNonFinite) {
