@@ -274,6 +274,8 @@ void CudaDecodeEngine::read_context(int l, std::uint16_t* k, std::uint16_t* v) {
     const size_t bytes = n * zu(dim) * sizeof(std::uint16_t);
     HISPARSE_CUDA_CHECK(cudaMemcpy2D(dst, zu(capacity_) * zu(dim) * sizeof(std::uint16_t),
                                      rows.data(), bytes, bytes, groups, cudaMemcpyHostToDevice));
+    // Pageable uploads may return before they land; stream_ does not wait for the legacy stream.
+    HISPARSE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   };
   put(keys, key_dim_, k);
   if (!mla) put(values, value_dim_, v);
@@ -314,7 +316,7 @@ void CudaDecodeEngine::fill_context() {
   hot_rows_ = make_hot_rows(capacity_, Backend::cuda, sizeof(std::uint16_t));
   auto zeroed = [](std::int64_t n, const char* label) {
     auto buf = gpu<std::uint16_t>(n, label);
-    HISPARSE_CUDA_CHECK(cudaMemset(buf.device_data(), 0, buf.size() * sizeof(std::uint16_t)));
+    zero_bytes(buf.device_data(), buf.size() * sizeof(std::uint16_t), Backend::cuda);
     return buf;
   };
   Buffer<std::uint16_t> scratch_k, scratch_v;  // layers whose rows live in the host pool only
@@ -338,8 +340,8 @@ void CudaDecodeEngine::fill_context() {
       const std::int64_t rows = std::int64_t{batch_} * capacity_;
       auto codes = Buffer<std::uint8_t>::device(zu(rows * ix_dim), Backend::cuda, "index keys");
       auto sc = gpu<float>(rows, "index key scales");
-      HISPARSE_CUDA_CHECK(cudaMemset(codes.device_data(), 0, codes.size()));
-      HISPARSE_CUDA_CHECK(cudaMemset(sc.device_data(), 0, sc.size() * sizeof(float)));
+      zero_bytes(codes.device_data(), codes.size(), Backend::cuda);
+      zero_bytes(sc.device_data(), sc.size() * sizeof(float), Backend::cuda);
       index_keys_.push_back(std::move(codes));
       index_scales_.push_back(std::move(sc));
     } else {

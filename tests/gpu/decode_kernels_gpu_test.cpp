@@ -680,7 +680,11 @@ TEST_F(DecodeKernelsGpu, MoeExpertsMatchTheTwin) {
            hidden,
            width};
       kernels::moe_experts_ref(a);
-      EXPECT_LT(scaled_error(got_x, std::vector<float>(x.host(), x.host() + got_x.size())), 1e-5);
+      // bf16: the activation is rounded to bf16 before the down projection, and a different
+      // summation order can move it to the neighbouring bf16 value (2^-8 relative, seen on an
+      // H100 as 1.35e-5 here); a wrong expert or weight would be off by O(1).
+      EXPECT_LT(scaled_error(got_x, std::vector<float>(x.host(), x.host() + got_x.size())),
+                bf16 ? 1e-4 : 1e-5);
       for (int t = 0; t < tokens; ++t)
         for (int e = 0; e < experts; ++e) {
           if (route[static_cast<std::size_t>(t * experts + e)] == 0.0f) continue;
