@@ -253,7 +253,14 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   {
     HISPARSE_RANGE("attention", Phase::attention);
     GpuPhaseClock::Scope t(clock_, "attention");
-    kernels::launch_decode_attention(a, s());
+    if (kernels::mla_decode_attention_supports(a)) {  // tensor cores, one tile for all heads
+      const auto plan = kernels::plan_mla_decode_attention(
+          batch_, heads, a.indices != nullptr ? a.top_k : a.capacity, kernels::multiprocessors());
+      kernels::launch_mla_decode_attention(a, plan, mla_workspace_.device_data(),
+                                           mla_workspace_.size(), s());
+    } else {
+      kernels::launch_decode_attention(a, s());
+    }
   }
   attention_floats_[zu(l)] = std::int64_t{batch_} * heads * lora;
   measure_quality(l, a, 1, stats);

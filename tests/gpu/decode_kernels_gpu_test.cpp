@@ -20,6 +20,7 @@
 #include "core/memory.hpp"
 #include "core/stream.hpp"
 #include "kernels/attention/decode_attention.hpp"
+#include "kernels/attention/mla_decode_attention.hpp"
 #include "kernels/attention/rope.hpp"
 #include "kernels/decode/decode_ops.hpp"
 #include "kernels/gemm/gemm.hpp"
@@ -272,6 +273,84 @@ TEST_F(DecodeKernelsGpu, DecodeAttentionDenseSparseAndMlaRowsMatchTheTwin) {
     EXPECT_LT(scaled_error(got, std::vector<float>(out.host(), out.host() + got.size())), 2e-5)
         << c.q_heads << "/" << c.kv_heads << " dim " << c.qk_dim << (c.sparse ? " sparse" : "");
     (void)v_stride;
+  }
+}
+
+// The tensor-core MLA attention against decode_attention_ref on bf16 rows: the GLM-5.1 row
+// (576 / 512, 64 heads, top_k 2048 with entries out of range), 128 and 20 heads (two CTAs of
+// heads, a partial one), the tiny-dsa row (80 / 64), dense over per-request lengths, and plans
+// with one or many splits. Split-bf16 products: within 1e-4 of the fp32 twin.
+TEST_F(DecodeKernelsGpu, MlaDecodeAttentionMatchesTheTwin) {
+  std::mt19937 rng(21);
+  struct Case {
+    int heads, qk_dim, v_dim, batch, top_k;
+    std::int64_t capacity;
+    bool sparse;
+    int multiprocessors;
+  };
+  const Case cases[] = {
+      {64, 576, 512, 2, 2048, 5000, true, 132}, {64, 576, 512, 3, 2048, 4096, true, 1},
+      {128, 576, 512, 1, 300, 700, true, 132},  {20, 576, 512, 2, 77, 400, true, 132},
+      {4, 80, 64, 3, 64, 600, true, 132},       {4, 80, 64, 3, 0, 600, false, 132},
+      {64, 576, 512, 2, 0, 1000, false, 8}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.heads) + " heads, dim " + std::to_string(c.qk_dim) +
+                 (c.sparse ? ", sparse" : ", dense") + ", batch " + std::to_string(c.batch));
+    const std::size_t rows =
+        static_cast<std::size_t>(c.batch) * static_cast<std::size_t>(c.capacity);
+    std::vector<std::uint16_t> kv(rows * static_cast<std::size_t>(c.qk_dim));
+    {
+      const auto values = normal(kv.size(), rng);
+      for (std::size_t i = 0; i < kv.size(); ++i) kv[i] = float_to_bf16(values[i]);
+    }
+    Mirror<std::uint16_t> k(kv);
+    Mirror<float> q(normal(static_cast<std::size_t>(c.batch) * c.heads * c.qk_dim, rng, 0.3f));
+    std::vector<std::int64_t> lens(static_cast<std::size_t>(c.batch));
+    for (std::size_t b = 0; b < lens.size(); ++b)
+      lens[b] =
+          b == 0 ? 1 : static_cast<std::int64_t>(rng() % static_cast<unsigned>(c.capacity + 50));
+    Mirror<std::int64_t> len(lens);
+    std::vector<std::int32_t> idx(static_cast<std::size_t>(c.batch) * std::max(c.top_k, 1));
+    for (auto& i : idx)
+      i = static_cast<std::int32_t>(rng() % static_cast<unsigned>(c.capacity + 40)) - 20;
+    Mirror<std::int32_t> ix(idx);
+    Mirror<float> out(
+        std::vector<float>(static_cast<std::size_t>(c.batch) * c.heads * c.v_dim, -7.0f));
+    kernels::DecodeAttentionArgs a;
+    a.batch = c.batch;
+    a.q_heads = c.heads;
+    a.kv_heads = 1;
+    a.qk_dim = c.qk_dim;
+    a.v_dim = c.v_dim;
+    a.capacity = c.capacity;
+    a.k_row_stride = c.qk_dim;
+    a.v_row_stride = c.qk_dim;
+    a.top_k = c.top_k;
+    a.scale = 1.0f / std::sqrt(192.0f);
+    a.q = q.dev();
+    a.k_bf16 = a.v_bf16 = k.dev();
+    a.seq_lens = len.dev();
+    a.indices = c.sparse ? ix.dev() : nullptr;
+    a.out = out.dev();
+    ASSERT_TRUE(kernels::mla_decode_attention_supports(a));
+    const auto plan = kernels::plan_mla_decode_attention(
+        c.batch, c.heads, c.sparse ? c.top_k : c.capacity, c.multiprocessors);
+    const std::size_t floats =
+        kernels::mla_decode_workspace_floats(c.batch, c.heads, c.v_dim, plan.splits);
+    auto workspace = Buffer<float>::device(floats, Backend::cuda, "test workspace");
+    kernels::launch_mla_decode_attention(a, plan, workspace.device_data(), floats, s());
+    EXPECT_THROW(
+        kernels::launch_mla_decode_attention(a, plan, workspace.device_data(), floats - 1, s()),
+        Error);
+    const auto got = out.fetch();
+    a.q = q.host();
+    a.k_bf16 = a.v_bf16 = k.host();
+    a.seq_lens = len.host();
+    a.indices = c.sparse ? ix.host() : nullptr;
+    a.out = out.host();
+    kernels::decode_attention_ref(a);
+    EXPECT_LT(scaled_error(got, std::vector<float>(out.host(), out.host() + got.size())), 1e-4)
+        << plan.splits << " splits of " << plan.rows_per_split;
   }
 }
 

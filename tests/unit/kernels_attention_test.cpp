@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "core/dtypes.hpp"
 #include "core/rng.hpp"
 #include "kernels/attention/decode_attention.hpp"
+#include "kernels/attention/mla_decode_attention.hpp"
 #include "kernels/attention/rope.hpp"
 #include "kernels/decode/decode_ops.hpp"
 
@@ -225,6 +227,55 @@ TEST(KernelsRope, OffsetTouchesOnlyTheRopeTailAndPositionZeroIsIdentity) {
   a.dim = 4;
   rope_ref(a);
   EXPECT_EQ(y, (std::vector<float>{1, 2, 3, 4}));
+}
+
+// The MLA kernel's plan, worked by hand: 2048 rows are 64 tiles of 32.
+TEST(KernelsAttention, MlaDecodePlanFillsTheSmsOnceAndCoversTheRows) {
+  auto plan = plan_mla_decode_attention(1, 64, 2048, 132);  // one CTA per split: 64 tiles
+  EXPECT_EQ(plan.splits, 64);
+  EXPECT_EQ(plan.rows_per_split, 32);
+  plan = plan_mla_decode_attention(8, 64, 2048, 132);  // 16 splits wanted: 4 tiles each
+  EXPECT_EQ(plan.rows_per_split, 128);
+  EXPECT_EQ(plan.splits, 16);
+  plan = plan_mla_decode_attention(64, 64, 2048, 132);  // 2 wanted: 32 tiles each
+  EXPECT_EQ(plan.rows_per_split, 1024);
+  EXPECT_EQ(plan.splits, 2);
+  plan = plan_mla_decode_attention(5, 64, 2048, 132);  // 26 wanted: 3 tiles each, 22 splits
+  EXPECT_EQ(plan.rows_per_split, 96);
+  EXPECT_EQ(plan.splits, 22);
+  plan = plan_mla_decode_attention(64, 128, 2048, 132);  // 128 CTAs already: one split
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.rows_per_split, 2048);
+  plan = plan_mla_decode_attention(2, 4, 0, 132);  // no rows: one empty tile
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.rows_per_split, 32);
+  EXPECT_EQ(mla_decode_workspace_floats(2, 64, 512, 3), 2u * 64u * 3u * 514u);
+}
+
+TEST(KernelsAttention, MlaDecodeSupportsOnlyLatentBf16Rows) {
+  alignas(16) static std::uint16_t rows[64];
+  DecodeAttentionArgs a;
+  a.kv_heads = 1;
+  a.qk_dim = 576;
+  a.v_dim = 512;
+  a.k_row_stride = a.v_row_stride = 576;
+  a.k_bf16 = a.v_bf16 = rows;
+  EXPECT_TRUE(mla_decode_attention_supports(a));
+  DecodeAttentionArgs b = a;
+  b.kv_heads = 2;  // GQA
+  EXPECT_FALSE(mla_decode_attention_supports(b));
+  b = a;
+  b.v_bf16 = rows + 8;  // values apart from the keys
+  EXPECT_FALSE(mla_decode_attention_supports(b));
+  b = a;
+  b.qk_dim = 584;  // wider than the kernel
+  EXPECT_FALSE(mla_decode_attention_supports(b));
+  b = a;
+  b.k_bf16 = b.v_bf16 = rows + 1;  // not 16-byte aligned
+  EXPECT_FALSE(mla_decode_attention_supports(b));
+  b = a;
+  b.k_bf16 = b.v_bf16 = nullptr;  // float rows
+  EXPECT_FALSE(mla_decode_attention_supports(b));
 }
 
 }  // namespace

@@ -22,7 +22,9 @@
 #include "core/rng.hpp"
 #include "core/stream.hpp"
 #include "kernels/attention/decode_attention.hpp"
+#include "kernels/attention/mla_decode_attention.hpp"
 #include "kernels/attention/rope.hpp"
+#include "kernels/common/device_cache.hpp"
 #include "kernels/decode/decode_ops.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/rmsnorm.hpp"
@@ -236,6 +238,7 @@ class CudaDecodeEngine final : public EngineImpl {
   Buffer<std::int64_t> positions_, lens_, group_lens_;
   std::vector<Buffer<float>> attention_out_, query_record_;    ///< per layer, last step
   std::vector<std::int64_t> attention_floats_, query_floats_;  ///< per layer, last step
+  Buffer<float> mla_workspace_;  ///< the MLA attention's partial sums, for its largest plan
   // Host staging: pinned copies for the workload's queries, the next tokens and the Fathom path.
   Buffer<float> workload_host_;
   Buffer<std::int32_t> tokens_host_;
