@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.hpp"
@@ -383,61 +384,67 @@ TEST_F(DecodeKernelsGpu, GroupAttentionMassMatchesTheTwin) {
   EXPECT_LT(scaled_error(got, std::vector<float>(mass.host(), mass.host() + got.size())), 1e-5);
 }
 
+// Thread-per-token shapes (16, 32 and 64 heads of 128 channels) and the warp-per-token fallback
+// (40 channels; 72 heads).
 TEST_F(DecodeKernelsGpu, IndexerAndKeyQuantisationMatchTheTwin) {
   std::mt19937 rng(5);
-  const int batch = 3, heads = 16, dim = 128, new_keys = 3;
-  const std::int64_t capacity = 1000;
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(batch) * capacity * dim);
-  std::vector<float> scales(static_cast<std::size_t>(batch) * capacity);
-  const auto keys = normal(static_cast<std::size_t>(batch) * capacity * dim, rng, 2.0f);
-  for (std::size_t t = 0; t < scales.size(); ++t)
-    kernels::quantize_index_key(keys.data() + t * dim, dim, codes.data() + t * dim, &scales[t]);
-  Mirror<std::uint8_t> c(codes);
-  Mirror<float> sc(scales);
-  // The new token's key of each request, quantised on the GPU into row 999 of each request.
-  Mirror<float> fresh(normal(static_cast<std::size_t>(new_keys) * dim, rng, 5.0f));
-  kernels::QuantizeIndexKeysArgs qa;
-  qa.rows = new_keys;
-  qa.dim = dim;
-  qa.key_stride = dim;
-  qa.dest_row_stride = capacity;
-  qa.dest_offset = 999;
-  qa.keys = fresh.dev();
-  qa.codes = c.dev();
-  qa.scales = sc.dev();
-  kernels::launch_quantize_index_keys(qa, s());
-  qa.keys = fresh.host();
-  qa.codes = c.host();
-  qa.scales = sc.host();
-  kernels::quantize_index_keys_ref(qa);
-  EXPECT_EQ(c.fetch(), std::vector<std::uint8_t>(c.host(), c.host() + codes.size()));
-  EXPECT_EQ(sc.fetch(), std::vector<float>(sc.host(), sc.host() + scales.size()));
+  for (const auto& [heads, dim] : {std::pair{16, 128}, {32, 128}, {64, 128}, {4, 40}, {72, 32}}) {
+    SCOPED_TRACE(std::to_string(heads) + " heads x " + std::to_string(dim));
+    const int batch = 3, new_keys = 3;
+    const std::int64_t capacity = 1000;
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(batch) * capacity * dim);
+    std::vector<float> scales(static_cast<std::size_t>(batch) * capacity);
+    const auto keys = normal(static_cast<std::size_t>(batch) * capacity * dim, rng, 2.0f);
+    for (std::size_t t = 0; t < scales.size(); ++t)
+      kernels::quantize_index_key(keys.data() + t * dim, dim, codes.data() + t * dim, &scales[t]);
+    Mirror<std::uint8_t> c(codes);
+    Mirror<float> sc(scales);
+    // The new token's key of each request, quantised on the GPU into row 999 of each request.
+    Mirror<float> fresh(normal(static_cast<std::size_t>(new_keys) * dim, rng, 5.0f));
+    kernels::QuantizeIndexKeysArgs qa;
+    qa.rows = new_keys;
+    qa.dim = dim;
+    qa.key_stride = dim;
+    qa.dest_row_stride = capacity;
+    qa.dest_offset = 999;
+    qa.keys = fresh.dev();
+    qa.codes = c.dev();
+    qa.scales = sc.dev();
+    kernels::launch_quantize_index_keys(qa, s());
+    qa.keys = fresh.host();
+    qa.codes = c.host();
+    qa.scales = sc.host();
+    kernels::quantize_index_keys_ref(qa);
+    EXPECT_EQ(c.fetch(), std::vector<std::uint8_t>(c.host(), c.host() + codes.size()));
+    EXPECT_EQ(sc.fetch(), std::vector<float>(sc.host(), sc.host() + scales.size()));
 
-  Mirror<float> q(normal(static_cast<std::size_t>(batch) * heads * dim, rng, 0.1f));
-  Mirror<float> w(normal(static_cast<std::size_t>(batch) * heads, rng));
-  Mirror<std::int64_t> len(std::vector<std::int64_t>{1000, 1, 517});
-  Mirror<float> scores(std::vector<float>(static_cast<std::size_t>(batch) * capacity));
-  kernels::IndexerArgs a;
-  a.batch = batch;
-  a.heads = heads;
-  a.dim = dim;
-  a.capacity = capacity;
-  a.q = q.dev();
-  a.weights = w.dev();
-  a.keys = c.dev();
-  a.key_scales = sc.dev();
-  a.seq_lens = len.dev();
-  a.scores = scores.dev();
-  kernels::launch_indexer(a, s());
-  const auto got = scores.fetch();
-  a.q = q.host();
-  a.weights = w.host();
-  a.keys = c.host();
-  a.key_scales = sc.host();
-  a.seq_lens = len.host();
-  a.scores = scores.host();
-  kernels::indexer_ref(a);
-  EXPECT_LT(scaled_error(got, std::vector<float>(scores.host(), scores.host() + got.size())), 1e-5);
+    Mirror<float> q(normal(static_cast<std::size_t>(batch) * heads * dim, rng, 0.1f));
+    Mirror<float> w(normal(static_cast<std::size_t>(batch) * heads, rng));
+    Mirror<std::int64_t> len(std::vector<std::int64_t>{1000, 1, 517});
+    Mirror<float> scores(std::vector<float>(static_cast<std::size_t>(batch) * capacity));
+    kernels::IndexerArgs a;
+    a.batch = batch;
+    a.heads = heads;
+    a.dim = dim;
+    a.capacity = capacity;
+    a.q = q.dev();
+    a.weights = w.dev();
+    a.keys = c.dev();
+    a.key_scales = sc.dev();
+    a.seq_lens = len.dev();
+    a.scores = scores.dev();
+    kernels::launch_indexer(a, s());
+    const auto got = scores.fetch();
+    a.q = q.host();
+    a.weights = w.host();
+    a.keys = c.host();
+    a.key_scales = sc.host();
+    a.seq_lens = len.host();
+    a.scores = scores.host();
+    kernels::indexer_ref(a);
+    EXPECT_LT(scaled_error(got, std::vector<float>(scores.host(), scores.host() + got.size())),
+              1e-5);
+  }
 }
 
 TEST_F(DecodeKernelsGpu, TopkIsExactlyTheTwinsSelection) {
