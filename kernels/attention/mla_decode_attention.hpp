@@ -34,6 +34,10 @@ struct MlaDecodePlan {
 /// and at most qk_dim, rows 16-byte aligned. Otherwise use launch_decode_attention.
 [[nodiscard]] bool mla_decode_attention_supports(const DecodeAttentionArgs& a);
 
+/// The most splits any plan for this batch and head count has, whatever its rows: as many as one
+/// wave of CTAs holds (one CTA per SM fits its shared memory). Size the workspace with it.
+[[nodiscard]] int mla_decode_max_splits(int batch, int q_heads, int multiprocessors);
+
 /// Splits for `max_rows` rows per request (top_k, or the longest dense context) over
 /// `multiprocessors` SMs.
 [[nodiscard]] MlaDecodePlan plan_mla_decode_attention(int batch, int q_heads, std::int64_t max_rows,

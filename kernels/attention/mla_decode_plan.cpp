@@ -16,15 +16,19 @@ bool mla_decode_attention_supports(const DecodeAttentionArgs& a) {
          reinterpret_cast<std::uintptr_t>(a.k_bf16) % 16 == 0;
 }
 
+int mla_decode_max_splits(int batch, int q_heads, int multiprocessors) {
+  const std::int64_t groups =
+      (std::max(q_heads, 1) + kMlaDecodeHeadsPerCta - 1) / kMlaDecodeHeadsPerCta;
+  const std::int64_t ctas = std::max<std::int64_t>(1, std::int64_t{batch} * groups);
+  return static_cast<int>(std::max<std::int64_t>(1, multiprocessors / ctas));
+}
+
 MlaDecodePlan plan_mla_decode_attention(int batch, int q_heads, std::int64_t max_rows,
                                         int multiprocessors) {
   const std::int64_t tiles =
       std::max<std::int64_t>(1, (max_rows + kMlaDecodeTileRows - 1) / kMlaDecodeTileRows);
-  const std::int64_t groups =
-      (std::max(q_heads, 1) + kMlaDecodeHeadsPerCta - 1) / kMlaDecodeHeadsPerCta;
-  const std::int64_t ctas = std::max<std::int64_t>(1, std::int64_t{batch} * groups);
-  // One CTA per SM fits (its shared memory): as many splits as one wave of CTAs holds.
-  const std::int64_t want = std::clamp<std::int64_t>(multiprocessors / ctas, 1, tiles);
+  const std::int64_t want =
+      std::min<std::int64_t>(mla_decode_max_splits(batch, q_heads, multiprocessors), tiles);
   const std::int64_t tiles_per_split = (tiles + want - 1) / want;
   MlaDecodePlan plan;
   plan.rows_per_split = static_cast<int>(tiles_per_split * kMlaDecodeTileRows);

@@ -162,9 +162,7 @@ void launch_indexer(const IndexerArgs& args, cudaStream_t stream) {
   const std::int64_t per_block = kWarps * 4;
   const auto blocks = static_cast<unsigned>(
       std::min<std::int64_t>((args.capacity + per_block - 1) / per_block, 4096));
-  if (shared > 48 * 1024)
-    HISPARSE_CUDA_CHECK(cudaFuncSetAttribute(
-        indexer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  allow_dynamic_shared(indexer_kernel, shared);
   indexer_kernel<<<dim3(blocks, static_cast<unsigned>(args.batch)), kWarps * 32, shared, stream>>>(
       args);
   HISPARSE_CUDA_CHECK_LAUNCH();

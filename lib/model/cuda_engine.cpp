@@ -114,10 +114,8 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
     query_record_.push_back(gpu<float>(std::int64_t{B} * heads * q_dim, "attention queries"));
   }
   attention_floats_.assign(zu(model.layers), 0);
-  if (mla) {  // no plan has more splits than one wave of CTAs holds, whatever its rows
-    const int groups =
-        (heads + kernels::kMlaDecodeHeadsPerCta - 1) / kernels::kMlaDecodeHeadsPerCta;
-    const int splits = std::max(1, kernels::multiprocessors() / std::max(1, B * groups));
+  if (mla) {
+    const int splits = kernels::mla_decode_max_splits(B, heads, kernels::multiprocessors());
     mla_workspace_ = gpu<float>(
         static_cast<std::int64_t>(kernels::mla_decode_workspace_floats(B, heads, attn_dim, splits)),
         "MLA attention partial sums");

@@ -250,6 +250,12 @@ TEST(KernelsAttention, MlaDecodePlanFillsTheSmsOnceAndCoversTheRows) {
   EXPECT_EQ(plan.splits, 1);
   EXPECT_EQ(plan.rows_per_split, 32);
   EXPECT_EQ(mla_decode_workspace_floats(2, 64, 512, 3), 2u * 64u * 3u * 514u);
+  // The workspace bound: no plan of a batch has more splits, however many rows.
+  EXPECT_EQ(mla_decode_max_splits(8, 64, 132), 16);
+  EXPECT_EQ(mla_decode_max_splits(64, 128, 132), 1);
+  for (const std::int64_t rows : {0, 31, 2048, 1 << 20})
+    EXPECT_LE(plan_mla_decode_attention(8, 64, rows, 132).splits,
+              mla_decode_max_splits(8, 64, 132));
 }
 
 TEST(KernelsAttention, MlaDecodeSupportsOnlyLatentBf16Rows) {
