@@ -18,6 +18,7 @@
 #include "kernels/attention/mla_decode_attention.hpp"
 #include "kernels/common/block_reduce.cuh"
 #include "kernels/common/dynamic_shared.hpp"
+#include "kernels/common/mma.cuh"
 
 namespace hisparse::kernels {
 namespace {
@@ -52,14 +53,9 @@ __device__ __forceinline__ void split_bf16(float x, std::uint16_t& hi, std::uint
   lo = float_to_bf16(x - bf16_to_float(hi));
 }
 
-// d += a b for one m16n8k16 bf16 fragment (fp32 accumulators).
 __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                     std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  mma_bf16_m16n8k16(d, a, b0, b1);
 }
 
 // The A fragment of rows `row0` .. +15, columns k0 .. k0 + 15 of a row-major bf16 matrix.

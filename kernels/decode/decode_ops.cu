@@ -3,11 +3,14 @@
 // the router's choice exactly on distinct values.
 #include <algorithm>
 #include <cfloat>
+#include <string>
 
 #include "core/cuda_check.hpp"
 #include "core/dtypes.hpp"
+#include "core/error.hpp"
 #include "kernels/common/block_reduce.cuh"
 #include "kernels/decode/decode_ops.hpp"
+#include "kernels/decode/detail/mla_projections.hpp"
 
 namespace hisparse::kernels {
 namespace {
@@ -215,14 +218,34 @@ void launch_blend_queries(const BlendQueriesArgs& a, cudaStream_t s) {
   blend_queries_kernel<<<blocks_for(static_cast<std::int64_t>(a.rows) * 32), kThreads, 0, s>>>(a);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
+// bf16 weights are held only where the tensor-core kernels take the shape.
+static void require_tensor_core_shape(int nope, int rope, int lora, int v_dim) {
+  if (!mla_projections_use_tensor_cores(nope, rope, lora, v_dim))
+    throw Error("mla projections",
+                "nope " + std::to_string(nope) + ", rope " + std::to_string(rope) + ", lora " +
+                    std::to_string(lora) + ", v_dim " + std::to_string(v_dim) +
+                    " do not fit the tensor-core kernels given bf16 weights",
+                "pass fp32 kv_b for this shape (mla_projections_use_tensor_cores)");
+}
+
 void launch_mla_absorb(const MlaAbsorbArgs& a, cudaStream_t s) {
   if (a.batch <= 0 || a.heads <= 0) return;
+  if (a.uk_t_bf16 != nullptr) {
+    require_tensor_core_shape(a.nope, a.rope, a.lora, a.v_dim);
+    detail::launch_mla_absorb_tensor_cores(a, s);
+    return;
+  }
   mla_absorb_kernel<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch)),
                       kThreads, 0, s>>>(a);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 void launch_mla_up_project(const MlaUpProjectArgs& a, cudaStream_t s) {
   if (a.batch <= 0 || a.heads <= 0 || a.v_dim <= 0) return;
+  if (a.kv_b_bf16 != nullptr) {
+    require_tensor_core_shape(a.nope, 0, a.lora, a.v_dim);
+    detail::launch_mla_up_project_tensor_cores(a, s);
+    return;
+  }
   const unsigned per_block = kThreads / 32;
   const dim3 grid((static_cast<unsigned>(a.v_dim) + per_block - 1) / per_block,
                   static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch));

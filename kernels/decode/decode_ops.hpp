@@ -34,6 +34,8 @@ struct BlendQueriesArgs {
 
 /// MLA, absorbed: per request b and head h, out[b][h] = [W_uk[h]^T q_nope | q_rope] where
 /// W_uk[h] is rows h * (nope + v_dim) .. + nope of kv_b ([heads * (nope + v_dim)] x lora).
+/// With `uk_t_bf16` (and mla_projections_use_tensor_cores) the CUDA launcher takes tensor cores
+/// and reads no `kv_b`: the same values in bf16, W_uk[h] transposed (mla_transpose_uk_ref).
 struct MlaAbsorbArgs {
   const float* q = nullptr;     ///< [batch x heads x (nope + rope)]
   const float* kv_b = nullptr;  ///< [heads * (nope + v_dim) x lora]
@@ -44,10 +46,12 @@ struct MlaAbsorbArgs {
   int rope = 0;
   int lora = 0;
   int v_dim = 0;
+  const std::uint16_t* uk_t_bf16 = nullptr;  ///< optional [heads x lora x nope]
 };
 
 /// MLA: per request b and head h, out[b][h][j] = W_uv[h][j] . latent[b][h] where W_uv[h] is rows
-/// h * (nope + v_dim) + nope .. + v_dim of kv_b.
+/// h * (nope + v_dim) + nope .. + v_dim of kv_b. With `kv_b_bf16` (kv_b's values in bf16, and
+/// mla_projections_use_tensor_cores) the CUDA launcher takes tensor cores and reads no `kv_b`.
 struct MlaUpProjectArgs {
   const float* latent = nullptr;  ///< [batch x heads x lora]
   const float* kv_b = nullptr;
@@ -57,6 +61,7 @@ struct MlaUpProjectArgs {
   int nope = 0;
   int lora = 0;
   int v_dim = 0;
+  const std::uint16_t* kv_b_bf16 = nullptr;  ///< optional, kv_b's values in bf16
 };
 
 /// MoE router of one rank: per token, the `active` experts of largest logit (ties: lower expert)
@@ -146,6 +151,13 @@ struct MarkNonFiniteArgs {
   int site = 0;
   int* first_site = nullptr;  ///< one int
 };
+
+/// Whether the absorbed MLA projections of this shape take tensor cores when given bf16 weights.
+[[nodiscard]] bool mla_projections_use_tensor_cores(int nope, int rope, int lora, int v_dim);
+
+/// W_uk transposed per head, as MlaAbsorbArgs::uk_t_bf16 holds it: out[h][c][n] =
+/// kv_b[h * (nope + v_dim) + n][c] for c < lora, n < nope.
+void mla_transpose_uk_ref(const float* kv_b, int heads, int nope, int lora, int v_dim, float* out);
 
 #if HISPARSE_WITH_CUDA
 void launch_gather_rows(const GatherRowsArgs& args, cudaStream_t stream);

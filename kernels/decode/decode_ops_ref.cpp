@@ -49,6 +49,21 @@ void mla_absorb_ref(const MlaAbsorbArgs& a) {
     }
 }
 
+bool mla_projections_use_tensor_cores(int nope, int rope, int lora, int v_dim) {
+  // Depths (nope for the absorb, lora for the up-projection) in pieces of 32, output rows (lora,
+  // v_dim) in tiles of 16, and 16-byte loads of each query's nope part.
+  return nope > 0 && lora > 0 && v_dim > 0 && rope >= 0 && nope % 32 == 0 && lora % 32 == 0 &&
+         v_dim % 16 == 0 && (nope + rope) % 4 == 0;
+}
+
+void mla_transpose_uk_ref(const float* kv_b, int heads, int nope, int lora, int v_dim, float* out) {
+  for (int h = 0; h < heads; ++h)
+    for (int n = 0; n < nope; ++n) {
+      const float* uk = kv_b + (zu(h) * zu(nope + v_dim) + zu(n)) * zu(lora);
+      for (int c = 0; c < lora; ++c) out[(zu(h) * zu(lora) + zu(c)) * zu(nope) + zu(n)] = uk[c];
+    }
+}
+
 void mla_up_project_ref(const MlaUpProjectArgs& a) {
   for (int b = 0; b < a.batch; ++b)
     for (int h = 0; h < a.heads; ++h) {

@@ -28,6 +28,10 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
   const int steps = config.max_decode_steps > 0 ? config.max_decode_steps : kDefaultDecodeSteps;
   capacity_ = seq_len_ + steps;
   const bool mla = model.is_mla();
+  mla_tensor_cores_ = mla && config.bf16_gemm &&
+                      kernels::mla_projections_use_tensor_cores(
+                          model.mla.qk_nope_head_dim, model.mla.qk_rope_head_dim,
+                          model.mla.kv_lora_rank, model.mla.v_head_dim);
 
   upload_weights(
       ModelWeights(model, config.share_layer_weights));  // the config was validated by DecodeEngine
@@ -78,8 +82,20 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
     fused_experts_ =
         B <= kernels::kMoeExpertsMaxTokens && model.hidden % 8 == 0 && f.expert_width % 8 == 0;
     if (fused_experts_) {
-      expert_act_ =
-          gpu<float>(std::int64_t{f.experts_held} * B * f.expert_width, "MoE expert activations");
+      kernels::MoeExpertsArgs shape;
+      shape.bf16 = config_.bf16_gemm;
+      shape.tokens = B;
+      shape.experts = f.experts_held;
+      shape.hidden = model.hidden;
+      shape.width = f.expert_width;
+      // The tensor-core path keeps its activations in its workspace; the CUDA-core one in act.
+      if (kernels::moe_experts_use_tensor_cores(shape))
+        expert_workspace_ = gpu<std::uint8_t>(
+            static_cast<std::int64_t>(kernels::moe_experts_workspace_bytes(shape)),
+            "MoE expert workspace");
+      else
+        expert_act_ =
+            gpu<float>(std::int64_t{f.experts_held} * B * f.expert_width, "MoE expert activations");
       for (int l = f.first_dense_layers; l < model.layers; ++l) {
         std::vector<const void*> table;
         for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
@@ -146,7 +162,7 @@ CudaDecodeEngine::LinearWeight CudaDecodeEngine::linear_weight(const std::string
   if (it == weights_bf16_.end())
     throw Error(fmt::format("model {}", model_.name), fmt::format("no bf16 tensor {}", name),
                 "report this: with bf16_gemm the CUDA engine holds every linear tensor but the "
-                "embedding and kv_b_proj in bf16");
+                "embedding (and kv_b_proj where the MLA projections run on CUDA cores) in bf16");
   return {nullptr, it->second.device_data()};
 }
 
@@ -158,9 +174,9 @@ void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
   std::vector<std::uint16_t> bf16;
   for (const TensorSpec& t : expected_tensors(model_, config_.share_layer_weights)) {
     const float* values = host.get(t.name);
+    const bool kv_b = t.name.ends_with("kv_b_proj.weight");
     const bool gemm = config_.bf16_gemm && t.init == TensorSpec::Init::linear &&
-                      t.name != "model.embed_tokens.weight" &&
-                      !t.name.ends_with("kv_b_proj.weight");
+                      t.name != "model.embed_tokens.weight" && (!kv_b || mla_tensor_cores_);
     if (!gemm) {
       auto buf = Buffer<float>::device(zu(t.elements()), Backend::cuda, "model weights");
       copy_bytes(buf.device_data(), values, zu(t.elements()) * sizeof(float), Backend::cuda);
@@ -173,6 +189,17 @@ void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
     auto buf = Buffer<std::uint16_t>::device(bf16.size(), Backend::cuda, "model weights (bf16)");
     copy_bytes(buf.device_data(), bf16.data(), bf16.size() * sizeof(std::uint16_t), Backend::cuda);
     weights_bf16_.emplace(t.name, std::move(buf));
+    if (kv_b) {  // the absorb reads W_uk transposed per head (MlaAbsorbArgs::uk_t_bf16)
+      const MlaShape& m = model_.mla;
+      std::vector<float> uk_t(zu(m.heads) * zu(m.kv_lora_rank) * zu(m.qk_nope_head_dim));
+      kernels::mla_transpose_uk_ref(values, m.heads, m.qk_nope_head_dim, m.kv_lora_rank,
+                                    m.v_head_dim, uk_t.data());
+      bf16.resize(uk_t.size());
+      std::transform(uk_t.begin(), uk_t.end(), bf16.begin(), float_to_bf16);
+      auto uk = Buffer<std::uint16_t>::device(bf16.size(), Backend::cuda, "model weights (bf16)");
+      copy_bytes(uk.device_data(), bf16.data(), bf16.size() * sizeof(std::uint16_t), Backend::cuda);
+      weights_bf16_.emplace(t.name + kUkTransposed, std::move(uk));
+    }
   }
   if (config_.bf16_gemm)
     gemm_x_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k, "GEMM activations (bf16)");

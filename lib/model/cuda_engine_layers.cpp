@@ -163,7 +163,8 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
             rope_dim = m.qk_rope_head_dim;
   const int lora = m.kv_lora_rank, vd = m.v_head_dim, qk = nope + rope_dim, row = lora + rope_dim;
   const std::int64_t pos = seq_len_;
-  const float* kv_b = w(l, "self_attn.kv_b_proj.weight");
+  const std::string kv_b =
+      layer_tensor_name(model_, l, "self_attn.kv_b_proj.weight", config_.share_layer_weights);
   float* q = q_.device_data();
   float* q_abs = q_model_.device_data();
   {
@@ -183,7 +184,10 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
     rope(kv_.device_data(), 1, row, lora, rope_dim, row);
     kernels::MlaAbsorbArgs ab;
     ab.q = q;
-    ab.kv_b = kv_b;
+    if (mla_tensor_cores_)
+      ab.uk_t_bf16 = linear_weight(kv_b + kUkTransposed).bf16;
+    else
+      ab.kv_b = weight(kv_b);
     ab.out = q_abs;
     ab.batch = batch_;
     ab.heads = heads;
@@ -268,7 +272,10 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   GpuPhaseClock::Scope t(clock_, "attention");
   kernels::MlaUpProjectArgs up;
   up.latent = a.out;
-  up.kv_b = kv_b;
+  if (mla_tensor_cores_)
+    up.kv_b_bf16 = linear_weight(kv_b).bf16;
+  else
+    up.kv_b = weight(kv_b);
   up.out = o_.device_data();
   up.batch = batch_;
   up.heads = heads;
@@ -459,7 +466,9 @@ void CudaDecodeEngine::ffn(int l) {
     m.up = table + f.experts_held;
     m.down = table + 2 * f.experts_held;
     m.bf16 = config_.bf16_gemm;
-    m.act = expert_act_.device_data();
+    m.act = expert_act_.size() > 0 ? expert_act_.device_data() : nullptr;
+    m.workspace = expert_workspace_.size() > 0 ? expert_workspace_.device_data() : nullptr;
+    m.workspace_bytes = expert_workspace_.size();
     m.x = x_.device_data();
     m.tokens = batch_;
     m.experts = f.experts_held;

@@ -172,6 +172,31 @@ TEST(KernelsMoe, TwinEqualsTheLayerComposedFromGemmsWithinRounding) {
   }
 }
 
+// The tensor-core path: bf16 with hidden and width multiples of 32, and its workspace holds the
+// plan and the scratch of tokens x experts pairs (each part 256-byte aligned).
+TEST(KernelsMoe, TensorCorePathAndItsWorkspace) {
+  MoeExpertsArgs a;
+  a.bf16 = true;
+  a.tokens = 3;
+  a.experts = 5;
+  a.hidden = 128;
+  a.width = 64;
+  ASSERT_TRUE(kernels::moe_experts_use_tensor_cores(a));
+  const auto up = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  const std::size_t pairs = 15;
+  EXPECT_EQ(kernels::moe_experts_workspace_bytes(a), up(8 * 5) + up(4 * 5) + up(4 * pairs) +
+                                                         up(2 * 3 * 128) + up(2 * pairs * 64) +
+                                                         up(4 * pairs * 128));
+  for (auto change :
+       {+[](MoeExpertsArgs& m) { m.bf16 = false; }, +[](MoeExpertsArgs& m) { m.hidden = 136; },
+        +[](MoeExpertsArgs& m) { m.width = 72; }}) {
+    MoeExpertsArgs b = a;
+    change(b);
+    EXPECT_FALSE(kernels::moe_experts_use_tensor_cores(b));
+    EXPECT_EQ(kernels::moe_experts_workspace_bytes(b), 0u);
+  }
+}
+
 TEST(KernelsMoe, MoreTokensThanTheLimitAreRefused) {
   MoeExpertsArgs a;
   a.tokens = kernels::kMoeExpertsMaxTokens + 1;

@@ -147,7 +147,7 @@ class CudaDecodeEngine final : public EngineImpl {
   }
   [[nodiscard]] const float* weight(const std::string& name) const;
   /// A linear layer's weights: fp32, or bf16 with EngineConfig::bf16_gemm (every linear tensor
-  /// but the embedding and kv_b_proj, which non-GEMM kernels read as floats).
+  /// but the embedding, and kv_b_proj unless mla_tensor_cores_).
   struct LinearWeight {
     const float* f32 = nullptr;
     const std::uint16_t* bf16 = nullptr;
@@ -221,10 +221,17 @@ class CudaDecodeEngine final : public EngineImpl {
   Buffer<float> ix_workload_q_;
   /// MoE decode batches up to kMoeExpertsMaxTokens: the fused experts (kernels/moe), with each
   /// MoE layer's table of expert weights (gate, up, down; experts_held each) and the scratch
-  /// activations; larger batches run every expert as GEMMs.
+  /// activations (CUDA-core path) or workspace (tensor-core path); larger batches run every
+  /// expert as GEMMs.
   bool fused_experts_ = false;
+  /// bf16_gemm on an MLA model whose shape the tensor-core absorb and up-projection take
+  /// (kernels/decode/mla_projections): kv_b_proj is held in bf16 only, with W_uk transposed per
+  /// head beside it under its name + kUkTransposed.
+  bool mla_tensor_cores_ = false;
+  static constexpr const char* kUkTransposed = ":uk_t";
   std::vector<Buffer<const void*>> expert_tables_;
   Buffer<float> expert_act_;
+  Buffer<std::uint8_t> expert_workspace_;
   Buffer<std::uint16_t> new_rows_;  ///< the step's new KV rows as the hot rows hold them (bf16)
   Buffer<std::int32_t> tokens_, indices_, slots_;
   // The synthetic workload on the GPU: D and a per (layer, KV head), key / value seeds per
