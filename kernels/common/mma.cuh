@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "core/dtypes.hpp"
+
 namespace hisparse::kernels {
 
 /// d += a b for one m16n8k16 bf16 fragment with fp32 accumulators. For lane = 4 g + c:
@@ -19,6 +21,18 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const std::uint
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Two fp32 values as a bf16 pair for an MMA register (x0 in the low half) plus the bf16 pair of
+/// their residuals: hi + lo keeps about 16 bits of each mantissa, so an MMA pair over (hi, lo)
+/// multiplies by fp32 activations to within fp32-sized rounding.
+__device__ __forceinline__ void split_bf16_pair(float x0, float x1, std::uint32_t& hi,
+                                                std::uint32_t& lo) {
+  const std::uint16_t h0 = float_to_bf16(x0), h1 = float_to_bf16(x1);
+  const std::uint16_t r0 = float_to_bf16(x0 - bf16_to_float(h0));
+  const std::uint16_t r1 = float_to_bf16(x1 - bf16_to_float(h1));
+  hi = static_cast<std::uint32_t>(h0) | static_cast<std::uint32_t>(h1) << 16;
+  lo = static_cast<std::uint32_t>(r0) | static_cast<std::uint32_t>(r1) << 16;
 }
 
 }  // namespace hisparse::kernels

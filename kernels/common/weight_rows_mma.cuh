@@ -54,16 +54,7 @@ struct SplitF32Rows {
       v[7] = hi.w;
     }
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      std::uint16_t h[2], r[2];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        h[q] = float_to_bf16(v[2 * p + q]);
-        r[q] = float_to_bf16(v[2 * p + q] - bf16_to_float(h[q]));
-      }
-      b[0][p] = static_cast<std::uint32_t>(h[0]) | static_cast<std::uint32_t>(h[1]) << 16;
-      b[1][p] = static_cast<std::uint32_t>(r[0]) | static_cast<std::uint32_t>(r[1]) << 16;
-    }
+    for (int p = 0; p < 4; ++p) split_bf16_pair(v[2 * p], v[2 * p + 1], b[0][p], b[1][p]);
   }
 };
 
@@ -123,16 +114,6 @@ __device__ __forceinline__ void weight_rows_mma(float (&acc)[kMats][kTiles][4],
 #pragma unroll 2
   for (; k + 64 <= depth; k += 64) detail::weight_rows_step<2>(acc, w, row8, src, tiles, k);
   if (k < depth) detail::weight_rows_step<1>(acc, w, row8, src, tiles, k);
-}
-
-/// One matrix: acc[i] as acc[0][i] above.
-template <int kTiles, class Source>
-__device__ __forceinline__ void weight_rows_mma(float (&acc)[kTiles][4], const std::uint16_t* w,
-                                                std::int64_t row8, const Source& src, int tiles,
-                                                int depth) {
-  float(&one)[1][kTiles][4] = *reinterpret_cast<float(*)[1][kTiles][4]>(&acc);
-  const std::uint16_t* const ws[1] = {w};
-  weight_rows_mma<1, kTiles>(one, ws, row8, src, tiles, depth);
 }
 
 }  // namespace hisparse::kernels

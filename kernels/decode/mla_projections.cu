@@ -35,15 +35,17 @@ __device__ __forceinline__ void project(const std::uint16_t* weights, int rows, 
     const int b = 8 * i + ln.g;
     x.x[i] = b < count ? vectors + b * vector_stride + 8 * ln.c : nullptr;
   }
-  float acc[kTiles][4] = {};
-  weight_rows_mma<kTiles>(acc, weights + static_cast<std::int64_t>(row0 + ln.g) * depth + 8 * ln.c,
-                          8 * static_cast<std::int64_t>(depth), x, (count + 7) / 8, depth);
+  float acc[1][kTiles][4] = {};
+  const std::uint16_t* const w[1] = {weights + static_cast<std::int64_t>(row0 + ln.g) * depth +
+                                     8 * ln.c};
+  weight_rows_mma<1, kTiles>(acc, w, 8 * static_cast<std::int64_t>(depth), x, (count + 7) / 8,
+                             depth);
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int b = 8 * i + 2 * ln.c + (r & 1);
-      if (b < count) out[b * out_stride + row0 + ln.g + 8 * (r >> 1)] = acc[i][r];
+      if (b < count) out[b * out_stride + row0 + ln.g + 8 * (r >> 1)] = acc[0][i][r];
     }
 }
 

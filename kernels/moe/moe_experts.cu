@@ -301,11 +301,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
   if (p.count == 0 || row0 >= a.hidden) return;
   const MmaLane ln = MmaLane::current();
   const auto x = pair_rows<kTiles>(p, ln, w.act_bf16, a.width, [&](int j) { return p.offset + j; });
-  float d[kTiles][4] = {};
-  weight_rows_mma<kTiles>(d,
-                          static_cast<const std::uint16_t*>(a.down[e]) +
-                              static_cast<std::int64_t>(row0 + ln.g) * a.width + 8 * ln.c,
-                          8 * a.width, x, p.tiles, a.width);
+  float acc[1][kTiles][4] = {};
+  const std::uint16_t* const down[1] = {static_cast<const std::uint16_t*>(a.down[e]) +
+                                        static_cast<std::int64_t>(row0 + ln.g) * a.width +
+                                        8 * ln.c};
+  weight_rows_mma<1, kTiles>(acc, down, 8 * a.width, x, p.tiles, a.width);
+  const auto& d = acc[0];
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
     if (i >= p.tiles) break;
