@@ -53,11 +53,6 @@ __device__ __forceinline__ void split_bf16(float x, std::uint16_t& hi, std::uint
   lo = float_to_bf16(x - bf16_to_float(hi));
 }
 
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                    std::uint32_t b1) {
-  mma_bf16_m16n8k16(d, a, b0, b1);
-}
-
 // The A fragment of rows `row0` .. +15, columns k0 .. k0 + 15 of a row-major bf16 matrix.
 __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const std::uint16_t* m, int stride,
                                        int row0, int k0, int g, int t) {
@@ -146,8 +141,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         for (int j = 0; j < 2; ++j) {
           const std::uint16_t* kr = tile + (16 * half + 8 * j + g) * S + k0 + 2 * t;
           const std::uint32_t b0 = load_pair(kr), b1 = load_pair(kr + 8);
-          mma(s[j], ah, b0, b1);
-          mma(s[j], al, b0, b1);
+          mma_bf16_m16n8k16(s[j], ah, b0, b1);
+          mma_bf16_m16n8k16(s[j], al, b0, b1);
         }
       }
 #pragma unroll
@@ -204,8 +199,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
           const std::uint16_t* p = vr + 8 * n;
           const std::uint32_t b0 = std::uint32_t{p[0]} | (std::uint32_t{p[S]} << 16);
           const std::uint32_t b1 = std::uint32_t{p[8 * S]} | (std::uint32_t{p[9 * S]} << 16);
-          mma(acc[n], ah, b0, b1);
-          mma(acc[n], al, b0, b1);
+          mma_bf16_m16n8k16(acc[n], ah, b0, b1);
+          mma_bf16_m16n8k16(acc[n], al, b0, b1);
         }
       }
     }

@@ -44,15 +44,7 @@ using test::Mirror;
 using test::normal;
 using test::scaled_error;
 
-class DecodeKernelsGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    HISPARSE_REQUIRE_GPU();
-    stream_.emplace(Backend::cuda);  // made after the check: without a GPU there is no stream
-  }
-  std::optional<Stream> stream_;
-  [[nodiscard]] cudaStream_t s() const { return stream_->native(); }
-};
+class DecodeKernelsGpu : public test::GpuStreamTest {};
 
 TEST_F(DecodeKernelsGpu, GemmMatchesTheTwinWithStridesAlphaAndBeta) {
   std::mt19937 rng(1);

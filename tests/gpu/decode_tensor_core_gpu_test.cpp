@@ -36,15 +36,7 @@ using test::Mirror;
 using test::normal;
 using test::scaled_error;
 
-class DecodeTensorCoreGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    HISPARSE_REQUIRE_GPU();
-    stream_.emplace(Backend::cuda);  // made after the check: without a GPU there is no stream
-  }
-  std::optional<Stream> stream_;
-  [[nodiscard]] cudaStream_t s() const { return stream_->native(); }
-};
+class DecodeTensorCoreGpu : public test::GpuStreamTest {};
 
 // Tensor-core shapes (8 heads of 64 channels, 16, 32 and 64 heads of 128), the thread-per-token
 // kernel (4 x 32, the tiny model's, and 12 x 64: heads not a multiple of 8) and the

@@ -1,21 +1,39 @@
-// Helpers of the kernel-vs-twin GPU tests: a host vector with its device copy, random normal
-// inputs, and the error relative to a result's scale.
+// Helpers of the kernel-vs-twin GPU tests: a fixture with a stream (skipped without a GPU), a host
+// vector with its device copy, random normal inputs, and the error relative to a result's scale.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/memory.hpp"
+#include "core/stream.hpp"
+#include "support/gpu.hpp"
 
 namespace hisparse::test {
 
 #if HISPARSE_WITH_CUDA
+/// A test with a CUDA stream `s()`, skipped with a message where no GPU is usable.
+class GpuStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HISPARSE_REQUIRE_GPU();
+    stream_.emplace(Backend::cuda);  // made after the check: without a GPU there is no stream
+  }
+  [[nodiscard]] cudaStream_t s() const { return stream_->native(); }
+
+ private:
+  std::optional<Stream> stream_;
+};
+
 // A host vector and its device copy.
 template <class T>
 class Mirror {

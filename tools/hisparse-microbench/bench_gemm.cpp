@@ -58,15 +58,7 @@ void run_linear(benchmark::State& state, const LinearCase& c) {
     one.n = c.n;
     one.k = c.k;
     kernels::gemm_ref(one);
-    double worst = 0, scale = 1;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-    }
-    if (!(worst / scale < 1e-4)) {
-      state.SkipWithError(fmt::format("row 0 off the twin by {:.3g}", worst / scale).c_str());
-      return;
-    }
+    if (!matches_twin(state, got, want, 1e-4, "row 0")) return;
   }
   L2Flusher l2;
   GpuTimer timer(stream);

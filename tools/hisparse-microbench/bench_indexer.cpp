@@ -93,16 +93,7 @@ void run_dsa(benchmark::State& state, const DsaCase& c) {
     one.batch = 1;
     one.capacity = check;
     kernels::indexer_ref(one);
-    double worst = 0, scale = 1;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
-    }
-    if (!(worst / scale < 1e-4)) {
-      state.SkipWithError(
-          fmt::format("scores off the CPU twin by {:.3g} of their scale", worst / scale).c_str());
-      return;
-    }
+    if (!matches_twin(state, got, want, 1e-4, "request 0's first scores")) return;
   }
   L2Flusher l2;
   GpuTimer timer(stream);

@@ -121,17 +121,8 @@ void run_moe(benchmark::State& state, const MoeCase& c) {
     one.x = x0.data();
     one.tokens = 1;
     kernels::moe_experts_ref(one);
-    double err = 0, norm = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      err += (got[i] - x0[i]) * (got[i] - x0[i]);
-      norm += x0[i] * x0[i];
-    }
-    if (!(std::sqrt(err / std::max(norm, 1e-30)) < 1e-3)) {
-      state.SkipWithError(fmt::format("token 0: relative L2 error {:.3g} against the CPU twin",
-                                      std::sqrt(err / std::max(norm, 1e-30)))
-                              .c_str());
-      return;
-    }
+    // bf16 activations may round to the neighbouring value in another summation order.
+    if (!matches_twin(state, got, x0, 1e-3, "token 0's output")) return;
   }
   L2Flusher l2;
   GpuTimer timer(stream);

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -68,6 +69,23 @@ inline kernels::ResolvePath default_resolve() {
     names.emplace_back(kernels::resolve_path_name(path));
   throw Error("HISPARSE_MICROBENCH_RESOLVE", fmt::format("unknown resolve path '{}'", env),
               fmt::format("use one of {}, or unset it", fmt::join(names, ", ")));
+}
+
+/// The first-call check of a kernel benchmark: true when `got` is within `bound` of `want` (its
+/// CPU twin's result) relative to the result's scale (max |want|, at least 1); else the case is
+/// skipped with a message naming `what` and the error, and no timing is reported.
+inline bool matches_twin(benchmark::State& state, const std::vector<float>& got,
+                         const std::vector<float>& want, double bound, const char* what) {
+  double worst = 0, scale = 1;
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+  }
+  if (got.size() == want.size() && worst <= bound * scale) return true;
+  state.SkipWithError(fmt::format("{}: off the CPU twin by {:.3g} of its scale (bound {:.3g})",
+                                  what, worst / scale, bound)
+                          .c_str());
+  return false;
 }
 
 /// Iterations per benchmark: HISPARSE_MICROBENCH_ITERS (default 50). Each iteration is one timed
