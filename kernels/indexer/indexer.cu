@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerArgs a) {
 constexpr int kMmaWarps = 8;
 constexpr int kMmaTokensPerWarp = 32;
 constexpr int kMmaTokensPerBlock = 1024;  // 4 passes of the block's 8 warps
-constexpr int kMmaMaxHeadTiles = kTokenMaxHeadsForMma / 8;
+constexpr int kMmaMaxHeadTiles = kIndexerMmaMaxHeads / 8;
 
 // 8 fp8 e4m3 codes (two words) -> 4 registers of bf16 pairs, exactly (through f16).
 __device__ __forceinline__ void fp8x8_to_bf16(std::uint32_t lo, std::uint32_t hi,

@@ -28,14 +28,14 @@ struct IndexerArgs {
 };
 
 /// At most this many heads take the indexer's tensor-core kernel.
-inline constexpr int kTokenMaxHeadsForMma = 64;
+inline constexpr int kIndexerMmaMaxHeads = 64;
 
 /// Whether launch_indexer scores this shape on tensor cores (16-byte aligned keys and queries):
-/// dim a multiple of 64, heads a multiple of 8 up to kTokenMaxHeadsForMma. Those scores match the
+/// dim a multiple of 64, heads a multiple of 8 up to kIndexerMmaMaxHeads. Those scores match the
 /// twin within float rounding (queries split in two bf16 parts), the CUDA-core kernels' within
 /// the twin's own channel order.
 [[nodiscard]] constexpr bool indexer_uses_tensor_cores(int heads, int dim) {
-  return dim > 0 && dim % 64 == 0 && heads > 0 && heads % 8 == 0 && heads <= kTokenMaxHeadsForMma;
+  return dim > 0 && dim % 64 == 0 && heads > 0 && heads % 8 == 0 && heads <= kIndexerMmaMaxHeads;
 }
 
 #if HISPARSE_WITH_CUDA
