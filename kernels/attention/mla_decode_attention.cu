@@ -1,13 +1,16 @@
 // launch_mla_decode_attention (see the header): 8 warps per CTA over 64 heads x one split of a
 // request's rows. Per tile of 32 rows:
-//   1. the rows are gathered into shared memory (16-byte loads; rows not listed are zeros);
+//   1. the rows, loaded into registers while the previous tile was being multiplied, are stored
+//      into shared memory (16-byte loads; rows not listed are zeros), and the next tile's loads
+//      are issued (Q takes most of shared memory, so a register stage stands in for a second tile);
 //   2. logits S[64 x 32] = Q K^T with mma.m16n8k16 (warp w: heads 16 (w % 4) .., tile rows
 //      16 (w / 4) ..), Q split into bf16 high and residual parts (two MMAs per fragment);
 //   3. an online softmax per head (a warp per 8 heads, a lane per row) gives the weights P, split
 //      the same way, and each head's rescale factor;
 //   4. O[64 x v_dim] = O * alpha + P V with the accumulators in registers (warp w: heads as in 2,
 //      half w / 4 of the value columns).
-// Shared-memory rows are padded by 16 bytes so that a fragment's 8 rows fall on distinct banks.
+// Fragments come from shared memory by ldmatrix (V transposed). Shared-memory rows are padded by
+// 16 bytes so that the 8 rows of an 8x8 matrix fall on distinct banks.
 // The merge kernel combines the splits' (O, max, sum) as flash-decoding does.
 #include <cmath>
 #include <string>
@@ -24,11 +27,15 @@ namespace hisparse::kernels {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
 constexpr int kHeads = kMlaDecodeHeadsPerCta;
 constexpr int kRows = kMlaDecodeTileRows;
 constexpr int kMaxValueTiles = kMlaDecodeMaxVDim / 16;  // n8 tiles per warp (half of v_dim)
 constexpr int kLogitStride = kRows + 1;                 // floats
 constexpr int kWeightStride = kRows + 8;                // bf16 elements
+constexpr int kMaxRowVectors = (kMlaDecodeMaxQkDim + 15) / 16 * 2;  // 16-byte vectors per row
+constexpr int kStaged = (kRows * kMaxRowVectors + kThreads - 1) / kThreads;  // per thread
+constexpr int kMergeThreads = 128;
 
 struct Layout {
   int dim_pad;  ///< qk_dim rounded up to 16
@@ -44,26 +51,7 @@ struct Layout {
   }
 };
 
-__device__ __forceinline__ std::uint32_t load_pair(const std::uint16_t* p) {
-  return *reinterpret_cast<const std::uint32_t*>(p);
-}
-
-__device__ __forceinline__ void split_bf16(float x, std::uint16_t& hi, std::uint16_t& lo) {
-  hi = float_to_bf16(x);
-  lo = float_to_bf16(x - bf16_to_float(hi));
-}
-
-// The A fragment of rows `row0` .. +15, columns k0 .. k0 + 15 of a row-major bf16 matrix.
-__device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const std::uint16_t* m, int stride,
-                                       int row0, int k0, int g, int t) {
-  const std::uint16_t* p = m + (row0 + g) * stride + k0 + 2 * t;
-  a[0] = load_pair(p);
-  a[1] = load_pair(p + 8 * stride);
-  a[2] = load_pair(p + 8);
-  a[3] = load_pair(p + 8 * stride + 8);
-}
-
-__global__ void __launch_bounds__(kWarps * 32, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     mla_decode_kernel(DecodeAttentionArgs a, int rows_per_split, int splits, float* part_out,
                       float* part_max_sum) {
   const int split = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
@@ -85,18 +73,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   float* rescale = run_sum + kHeads;
   auto* tile_row = reinterpret_cast<int*>(rescale + kHeads);
 
-  for (int i = tid; i < kHeads * L.dim_pad; i += kWarps * 32) {
-    const int h = i / L.dim_pad, c = i - h * L.dim_pad;
-    float x = 0.0f;
-    if (head0 + h < a.q_heads && c < D)
-      x = a.q[(static_cast<std::ptrdiff_t>(b) * a.q_heads + head0 + h) * D + c];
-    split_bf16(x, q_hi[h * S + c], q_lo[h * S + c]);
-  }
-  if (tid < kHeads) {
-    run_max[tid] = -INFINITY;
-    run_sum[tid] = 0.0f;
-  }
-
   const std::int64_t count =
       a.indices != nullptr ? a.top_k : (a.seq_lens[b] < a.capacity ? a.seq_lens[b] : a.capacity);
   const std::int64_t begin = std::int64_t{split} * rows_per_split;
@@ -105,45 +81,87 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       a.indices != nullptr ? a.indices + static_cast<std::ptrdiff_t>(b) * a.top_k : nullptr;
   const std::ptrdiff_t base = static_cast<std::ptrdiff_t>(b) * a.capacity;
   const std::ptrdiff_t k_stride = a.k_row_stride ? a.k_row_stride : D;
+  auto row_of = [&](std::int64_t pos) -> std::int64_t {  // -1: not listed
+    if (pos >= end) return -1;
+    const std::int64_t row = idx != nullptr ? __ldg(idx + pos) : pos;
+    return row >= 0 && row < a.capacity ? row : -1;
+  };
+
+  // This thread's share of a tile's rows, held in registers between its load and its store.
+  const int vectors = L.dim_pad / 8;
+  uint4 staged[kStaged];
+  auto fetch = [&](std::int64_t r0) {
+#pragma unroll
+    for (int j = 0; j < kStaged; ++j) {
+      const int i = tid + j * kThreads, r = i / vectors, v = i - r * vectors;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (r < kRows && v * 8 < D) {
+        const std::int64_t row = row_of(r0 + r);
+        if (row >= 0)
+          x = __ldg(reinterpret_cast<const uint4*>(a.k_bf16 + (base + row) * k_stride) + v);
+      }
+      staged[j] = x;
+    }
+  };
+  if (begin < end) fetch(begin);
+
+  const int quads = L.dim_pad / 4;
+  for (int i = tid; i < kHeads * quads; i += kThreads) {
+    const int h = i / quads, c = (i - h * quads) * 4;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (head0 + h < a.q_heads && c < D)
+      x = __ldg(reinterpret_cast<const float4*>(
+          a.q + (static_cast<std::ptrdiff_t>(b) * a.q_heads + head0 + h) * D + c));
+    uint2 hi, lo;
+    split_bf16_pair(x.x, x.y, hi.x, lo.x);
+    split_bf16_pair(x.z, x.w, hi.y, lo.y);
+    *reinterpret_cast<uint2*>(q_hi + h * S + c) = hi;
+    *reinterpret_cast<uint2*>(q_lo + h * S + c) = lo;
+  }
+  if (tid < kHeads) {
+    run_max[tid] = -INFINITY;
+    run_sum[tid] = 0.0f;
+  }
+
   const int value_tiles = DV / 16, v0 = half * (DV / 2);
   float acc[kMaxValueTiles][4];
 #pragma unroll
   for (int n = 0; n < kMaxValueTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  // ldmatrix row addresses of this lane (see ldmatrix_x4): A fragments of Q and P take rows
+  // lane % 16, columns 8 (lane / 16); K's B fragments for two n8 blocks take rows lane % 8 +
+  // 8 (lane / 16), columns 8 (lane / 8 % 2); V's (transposed) rows lane % 8 + 8 (lane / 8 % 2),
+  // columns 8 (lane / 16).
+  const int a_row = 16 * mt + (lane & 15), a_col = (lane >> 4) * 8;
+  const std::uint16_t* qh_frag = q_hi + a_row * S + a_col;
+  const std::uint16_t* ql_frag = q_lo + a_row * S + a_col;
+  const std::uint16_t* k_frag =
+      tile + (16 * half + (lane & 7) + (lane >> 4) * 8) * S + ((lane >> 3) & 1) * 8;
+  const std::uint16_t* ph_frag = p_hi + a_row * kWeightStride + a_col;
+  const std::uint16_t* pl_frag = p_lo + a_row * kWeightStride + a_col;
+  const std::uint16_t* v_frag =
+      tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * S + v0 + (lane >> 4) * 8;
 
   for (std::int64_t r0 = begin; r0 < end; r0 += kRows) {
     __syncthreads();  // Q is written, and the last tile's readers are done
-    if (tid < kRows) {
-      const std::int64_t pos = r0 + tid;
-      std::int64_t row = -1;
-      if (pos < end) {
-        row = idx != nullptr ? idx[pos] : pos;
-        if (row < 0 || row >= a.capacity) row = -1;
-      }
-      tile_row[tid] = static_cast<int>(row);
+#pragma unroll
+    for (int j = 0; j < kStaged; ++j) {
+      const int i = tid + j * kThreads, r = i / vectors, v = i - r * vectors;
+      if (r < kRows) *reinterpret_cast<uint4*>(tile + r * S + v * 8) = staged[j];
     }
+    if (tid < kRows) tile_row[tid] = static_cast<int>(row_of(r0 + tid));
     __syncthreads();
-    const int vectors = L.dim_pad / 8;
-    for (int i = tid; i < kRows * vectors; i += kWarps * 32) {
-      const int r = i / vectors, v = i - r * vectors, row = tile_row[r];
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (row >= 0 && v * 8 < D)
-        x = *reinterpret_cast<const uint4*>(a.k_bf16 + (base + row) * k_stride + v * 8);
-      *reinterpret_cast<uint4*>(tile + r * S + v * 8) = x;
-    }
-    __syncthreads();
-    {  // logits of 16 heads x 16 rows per warp
+    if (r0 + kRows < end) fetch(r0 + kRows);  // lands while this tile is multiplied
+    {                                         // logits of 16 heads x 16 rows per warp
       float s[2][4] = {};
       for (int k0 = 0; k0 < L.dim_pad; k0 += 16) {
-        std::uint32_t ah[4], al[4];
-        load_a(ah, q_hi, S, 16 * mt, k0, g, t);
-        load_a(al, q_lo, S, 16 * mt, k0, g, t);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const std::uint16_t* kr = tile + (16 * half + 8 * j + g) * S + k0 + 2 * t;
-          const std::uint32_t b0 = load_pair(kr), b1 = load_pair(kr + 8);
-          mma_bf16_m16n8k16(s[j], ah, b0, b1);
-          mma_bf16_m16n8k16(s[j], al, b0, b1);
-        }
+        std::uint32_t ah[4], al[4], kf[4];
+        ldmatrix_x4(ah, qh_frag + k0);
+        ldmatrix_x4(al, ql_frag + k0);
+        ldmatrix_x4(kf, k_frag + k0);
+        mma_bf16_m16n8k16(s[0], ah, kf[0], kf[1]);
+        mma_bf16_m16n8k16(s[0], al, kf[0], kf[1]);
+        mma_bf16_m16n8k16(s[1], ah, kf[2], kf[3]);
+        mma_bf16_m16n8k16(s[1], al, kf[2], kf[3]);
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -169,7 +187,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         keep = expf(old_max - new_max);
       }
       const float sum = warp_sum(p);
-      split_bf16(p, p_hi[h * kWeightStride + lane], p_lo[h * kWeightStride + lane]);
+      const std::uint16_t hi = float_to_bf16(p);
+      p_hi[h * kWeightStride + lane] = hi;
+      p_lo[h * kWeightStride + lane] = float_to_bf16(p - bf16_to_float(hi));
       if (lane == 0) {
         run_max[h] = new_max;
         run_sum[h] = run_sum[h] * keep + sum;
@@ -190,17 +210,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
       for (int k0 = 0; k0 < kRows; k0 += 16) {
         std::uint32_t ah[4], al[4];
-        load_a(ah, p_hi, kWeightStride, 16 * mt, k0, g, t);
-        load_a(al, p_lo, kWeightStride, 16 * mt, k0, g, t);
-        const std::uint16_t* vr = tile + (k0 + 2 * t) * S + v0 + g;
+        ldmatrix_x4(ah, ph_frag + k0);
+        ldmatrix_x4(al, pl_frag + k0);
+        const std::uint16_t* vr = v_frag + k0 * S;
 #pragma unroll
-        for (int n = 0; n < kMaxValueTiles; ++n) {
+        for (int n = 0; n < kMaxValueTiles; n += 2) {
           if (n >= value_tiles) break;
-          const std::uint16_t* p = vr + 8 * n;
-          const std::uint32_t b0 = std::uint32_t{p[0]} | (std::uint32_t{p[S]} << 16);
-          const std::uint32_t b1 = std::uint32_t{p[8 * S]} | (std::uint32_t{p[9 * S]} << 16);
-          mma_bf16_m16n8k16(acc[n], ah, b0, b1);
-          mma_bf16_m16n8k16(acc[n], al, b0, b1);
+          std::uint32_t vf[4];  // an odd last tile reads 8 columns it does not use (in the row)
+          ldmatrix_x4_trans(vf, vr + 8 * n);
+          mma_bf16_m16n8k16(acc[n], ah, vf[0], vf[1]);
+          mma_bf16_m16n8k16(acc[n], al, vf[0], vf[1]);
+          if (n + 1 < value_tiles) {
+            mma_bf16_m16n8k16(acc[n + 1], ah, vf[2], vf[3]);
+            mma_bf16_m16n8k16(acc[n + 1], al, vf[2], vf[3]);
+          }
         }
       }
     }
@@ -232,24 +255,42 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
 }
 
-// out[b][h] = sum_s O_s exp(m_s - m) / sum_s l_s exp(m_s - m); zero for a head with no row.
-__global__ void mla_decode_merge_kernel(DecodeAttentionArgs a, int splits, const float* part_out,
-                                        const float* part_max_sum) {
+// out[b][h] = sum_s O_s exp(m_s - m) / sum_s l_s exp(m_s - m); zero for a head with no row. The
+// splits' weights are computed once per head, then each thread sums 4 columns over the splits.
+__global__ void __launch_bounds__(kMergeThreads)
+    mla_decode_merge_kernel(DecodeAttentionArgs a, int splits, const float* part_out,
+                            const float* part_max_sum) {
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float scratch[32];
   const int h = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x);
   const std::ptrdiff_t head = static_cast<std::ptrdiff_t>(b) * a.q_heads + h;
   const float* ms = part_max_sum + head * splits * 2;
   const float* o = part_out + head * splits * a.v_dim;
   float top = -INFINITY;
-  for (int s = 0; s < splits; ++s) top = fmaxf(top, ms[2 * s]);
+  for (int s = tid; s < splits; s += kMergeThreads) top = fmaxf(top, ms[2 * s]);
+  top = block_max(top, scratch);
   float total = 0.0f;
-  for (int s = 0; s < splits; ++s)
-    if (ms[2 * s] != -INFINITY) total += ms[2 * s + 1] * expf(ms[2 * s] - top);
+  for (int s = tid; s < splits; s += kMergeThreads) {
+    const float w = ms[2 * s] != -INFINITY ? expf(ms[2 * s] - top) : 0.0f;
+    weight[s] = w;
+    total += w * ms[2 * s + 1];
+  }
+  total = block_sum(total, scratch);  // its barriers also publish weight[]
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  for (int c = static_cast<int>(threadIdx.x); c < a.v_dim; c += static_cast<int>(blockDim.x)) {
-    float sum = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      if (ms[2 * s] != -INFINITY) sum += o[s * a.v_dim + c] * expf(ms[2 * s] - top);
-    a.out[head * a.v_dim + c] = sum * inv;
+  for (int c = 4 * tid; c < a.v_dim; c += 4 * kMergeThreads) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s = 0; s < splits; ++s) {
+      const float w = weight[s];
+      if (w == 0.0f) continue;
+      const float4 x = __ldg(reinterpret_cast<const float4*>(o + s * a.v_dim + c));
+      sum.x += w * x.x;
+      sum.y += w * x.y;
+      sum.z += w * x.z;
+      sum.w += w * x.w;
+    }
+    *reinterpret_cast<float4*>(a.out + head * a.v_dim + c) =
+        make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
   }
 }
 
@@ -290,7 +331,8 @@ void launch_mla_decode_attention(const DecodeAttentionArgs& a, const MlaDecodePl
                                                            part_out, part_max_sum);
   HISPARSE_CUDA_CHECK_LAUNCH();
   mla_decode_merge_kernel<<<dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.batch)),
-                            128, 0, stream>>>(a, plan.splits, part_out, part_max_sum);
+                            kMergeThreads, sizeof(float) * plan.splits, stream>>>(
+      a, plan.splits, part_out, part_max_sum);
   HISPARSE_CUDA_CHECK_LAUNCH();
 }
 

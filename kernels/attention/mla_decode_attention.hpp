@@ -31,7 +31,8 @@ struct MlaDecodePlan {
 
 /// Whether the arguments fit this kernel: kv_heads 1, one selection per request, bf16 rows with
 /// v aliasing k (same stride), qk_dim a multiple of 8 up to 576, v_dim a multiple of 16 up to 512
-/// and at most qk_dim, rows 16-byte aligned. Otherwise use launch_decode_attention.
+/// and at most qk_dim, rows, queries and outputs 16-byte aligned (float4 and uint4 accesses).
+/// Otherwise use launch_decode_attention.
 [[nodiscard]] bool mla_decode_attention_supports(const DecodeAttentionArgs& a);
 
 /// The most splits any plan for this batch and head count has, whatever its rows: as many as one

@@ -13,7 +13,9 @@ bool mla_decode_attention_supports(const DecodeAttentionArgs& a) {
          v_stride == k_stride && a.qk_dim > 0 && a.qk_dim % 8 == 0 &&
          a.qk_dim <= kMlaDecodeMaxQkDim && a.v_dim > 0 && a.v_dim % 16 == 0 &&
          a.v_dim <= kMlaDecodeMaxVDim && a.v_dim <= a.qk_dim && k_stride % 8 == 0 &&
-         reinterpret_cast<std::uintptr_t>(a.k_bf16) % 16 == 0;
+         reinterpret_cast<std::uintptr_t>(a.k_bf16) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(a.q) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(a.out) % 16 == 0;
 }
 
 int mla_decode_max_splits(int batch, int q_heads, int multiprocessors) {

@@ -23,6 +23,25 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const std::uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/// Four 8x8 bf16 matrices from shared memory (ldmatrix.x4): lane l gives the address of row l % 8 of
+/// matrix l / 8 (16 contiguous bytes, 16-byte aligned), and r[i] is matrix i's fragment: for lane
+/// 4 g + c, row g, columns 2c..2c+1 (the A / B register layout of mma_bf16_m16n8k16).
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
+  const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+/// ldmatrix_x4 transposed: r[i] holds, for lane 4 g + c, rows 2c..2c+1 of column g of matrix i
+/// (the B register layout when the matrix is stored k-major, as V rows are).
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
+  const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
 /// Two fp32 values as a bf16 pair for an MMA register (x0 in the low half) plus the bf16 pair of
 /// their residuals: hi + lo keeps about 16 bits of each mantissa, so an MMA pair over (hi, lo)
 /// multiplies by fp32 activations to within fp32-sized rounding.

@@ -339,11 +339,14 @@ TEST_F(DecodeKernelsGpu, GroupAttentionMassMatchesTheTwin) {
   EXPECT_LT(scaled_error(got, std::vector<float>(mass.host(), mass.host() + got.size())), 1e-5);
 }
 
+// Every fifth trial's rows are longer than the keys the kernel holds in shared memory (49152), so
+// both of its paths are checked.
 TEST_F(DecodeKernelsGpu, TopkIsExactlyTheTwinsSelection) {
   std::mt19937 rng(6);
-  for (int trial = 0; trial < 20; ++trial) {
+  for (int trial = 0; trial < 25; ++trial) {
     const int rows = 1 + static_cast<int>(rng() % 5);
-    const std::int64_t stride = 1 + static_cast<std::int64_t>(rng() % 20000);
+    const std::int64_t stride =
+        (trial % 5 == 4 ? 49153 : 1) + static_cast<std::int64_t>(rng() % 20000);
     const int k = 1 + static_cast<int>(rng() % 3000);
     std::vector<float> sc(static_cast<std::size_t>(rows) * stride);
     // Coarse values so that ties are common; NaN, infinities and both zeros mixed in.

@@ -260,7 +260,10 @@ TEST(KernelsAttention, MlaDecodePlanFillsTheSmsOnceAndCoversTheRows) {
 
 TEST(KernelsAttention, MlaDecodeSupportsOnlyLatentBf16Rows) {
   alignas(16) static std::uint16_t rows[64];
+  alignas(16) static float queries[8], outputs[8];
   DecodeAttentionArgs a;
+  a.q = queries;
+  a.out = outputs;
   a.kv_heads = 1;
   a.qk_dim = 576;
   a.v_dim = 512;
@@ -281,6 +284,12 @@ TEST(KernelsAttention, MlaDecodeSupportsOnlyLatentBf16Rows) {
   EXPECT_FALSE(mla_decode_attention_supports(b));
   b = a;
   b.k_bf16 = b.v_bf16 = nullptr;  // float rows
+  EXPECT_FALSE(mla_decode_attention_supports(b));
+  b = a;
+  b.q = queries + 1;  // read as float4
+  EXPECT_FALSE(mla_decode_attention_supports(b));
+  b = a;
+  b.out = outputs + 2;  // written as float4
   EXPECT_FALSE(mla_decode_attention_supports(b));
 }
 

@@ -60,12 +60,8 @@ void run_linear(benchmark::State& state, const LinearCase& c) {
     kernels::gemm_ref(one);
     if (!matches_twin(state, got, want, 1e-4, "row 0")) return;
   }
-  L2Flusher l2;
-  GpuTimer timer(stream);
-  const CapturedGraph graph(stream, [&](cudaStream_t s) { kernels::launch_gemm(a, s); });
-  const double per_call = time_calls(
-      state, timer, [&](std::size_t) { l2.flush(stream); },
-      [&](std::size_t) { graph.launch(stream); });
+  const double per_call =
+      time_graph_after_l2_flush(state, stream, [&](cudaStream_t s) { kernels::launch_gemm(a, s); });
   const double bytes = 2.0 * static_cast<double>(wn);
   const double gbps = bytes / per_call / 1e9;
   const double ceiling = hbm_copy_gbps();

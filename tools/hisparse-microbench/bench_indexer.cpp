@@ -95,17 +95,12 @@ void run_dsa(benchmark::State& state, const DsaCase& c) {
     kernels::indexer_ref(one);
     if (!matches_twin(state, got, want, 1e-4, "request 0's first scores")) return;
   }
-  L2Flusher l2;
-  GpuTimer timer(stream);
-  const CapturedGraph graph(stream, [&](cudaStream_t s) {
+  const double per_call = time_graph_after_l2_flush(state, stream, [&](cudaStream_t s) {
     if (c.k > 0)
       kernels::launch_topk(tk, s);
     else
       kernels::launch_indexer(a, s);
   });
-  const double per_call = time_calls(
-      state, timer, [&](std::size_t) { l2.flush(stream); },
-      [&](std::size_t) { graph.launch(stream); });
   state.counters["us_per_call"] = per_call * 1e6;
   if (c.k == 0) {
     const double bytes = static_cast<double>(tokens) * (c.dim + 4.0);

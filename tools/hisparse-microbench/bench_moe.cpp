@@ -124,12 +124,8 @@ void run_moe(benchmark::State& state, const MoeCase& c) {
     // bf16 activations may round to the neighbouring value in another summation order.
     if (!matches_twin(state, got, x0, 1e-3, "token 0's output")) return;
   }
-  L2Flusher l2;
-  GpuTimer timer(stream);
-  const CapturedGraph graph(stream, [&](cudaStream_t s) { kernels::launch_moe_experts(a, s); });
-  const double per_call = time_calls(
-      state, timer, [&](std::size_t) { l2.flush(stream); },
-      [&](std::size_t) { graph.launch(stream); });
+  const double per_call = time_graph_after_l2_flush(
+      state, stream, [&](cudaStream_t s) { kernels::launch_moe_experts(a, s); });
   const double bytes = 3.0 * routed_experts * static_cast<double>(per_matrix) * 2.0;
   const double gbps = bytes / per_call / 1e9;
   const double ceiling = hbm_copy_gbps();

@@ -226,6 +226,18 @@ class L2Flusher {
   int value_ = 0;
 };
 
+/// The usual kernel timing: `launches` captured once in a CUDA graph, then per iteration L2
+/// flushed (untimed) and the graph replayed (timed). Returns the mean seconds per call.
+inline double time_graph_after_l2_flush(benchmark::State& state, const Stream& stream,
+                                        const std::function<void(cudaStream_t)>& launches) {
+  L2Flusher l2;
+  GpuTimer timer(stream);
+  const CapturedGraph graph(stream, launches);
+  return time_calls(
+      state, timer, [&](std::size_t) { l2.flush(stream); },
+      [&](std::size_t) { graph.launch(stream); });
+}
+
 /// Evicts every SM's instruction caches, which the L2 flush does not reach (call before a timed
 /// region, outside it, then flush L2: the eviction's own code leaves L2 too). A kernel timed after
 /// it fetches its code as it would after other kernels ran on the SMs, as between a decode step's
