@@ -4,7 +4,7 @@
 // (round_to_bf16, the twin's rounding; bf16 products are exact in fp32, so only the order of the
 // sum differs from the twin). Row-major Y [m x n] is column-major Y^T
 // [n x m], so the call is C(n x m) = op_T(W as k x n) * X(k x m). One algorithm is chosen per
-// shape and kept; the workspace is allocated once per device and reused.
+// shape and kept; a workspace is allocated per stream on its first GEMM and reused.
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -54,10 +54,8 @@ class GemmPlans {
   void run(const GemmArgs& g, cudaStream_t stream) {
     const int ldx = g.ldx ? g.ldx : g.k, ldw = g.ldw ? g.ldw : g.k, ldy = g.ldy ? g.ldy : g.n;
     std::lock_guard lock(mutex_);
-    if (!handle_) {
-      HISPARSE_CUBLAS(cublasLtCreate(&handle_));
-      HISPARSE_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-    }
+    if (!handle_) HISPARSE_CUBLAS(cublasLtCreate(&handle_));
+    void* workspace = workspace_of(stream);
     const bool bf16 = g.w_bf16 != nullptr;
     const ShapeKey key{g.m, g.n, g.k, bf16 ? g.k : ldx, ldw, ldy, g.beta != 0.0f, bf16};
     auto it = plans_.find(key);
@@ -67,7 +65,7 @@ class GemmPlans {
     const void* w = bf16 ? static_cast<const void*>(g.w_bf16) : g.w;
     const void* x = bf16 ? static_cast<const void*>(g.x_bf16) : g.x;
     HISPARSE_CUBLAS(cublasLtMatmul(handle_, p.desc, &g.alpha, w, p.a, x, p.b, &g.beta, g.y, p.c,
-                                   g.y, p.c, p.has_algo ? &p.algo : nullptr, workspace_,
+                                   g.y, p.c, p.has_algo ? &p.algo : nullptr, workspace,
                                    kWorkspaceBytes, stream));
   }
 
@@ -106,9 +104,17 @@ class GemmPlans {
     return p;
   }
 
+  // GEMMs on two streams may run at once (the decode engine's selection stream), so each stream
+  // has its own workspace; made on a stream's first GEMM (a warm-up step, never inside a capture).
+  void* workspace_of(cudaStream_t stream) {
+    void*& w = workspaces_[stream];
+    if (w == nullptr) HISPARSE_CUDA_CHECK(cudaMalloc(&w, kWorkspaceBytes));
+    return w;
+  }
+
   std::mutex mutex_;
   cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
+  std::map<cudaStream_t, void*> workspaces_;
   std::map<ShapeKey, Plan> plans_;
 };
 

@@ -23,6 +23,14 @@ void Stream::synchronize() const {
 #endif
 }
 
+void Stream::wait(const Event& event) const {
+#if HISPARSE_WITH_CUDA
+  if (backend_ == Backend::cuda) HISPARSE_CUDA_CHECK(cudaStreamWaitEvent(native_, event.native_));
+#else
+  (void)event;  // CPU work is synchronous: recorded work has finished
+#endif
+}
+
 Event::Event(Backend backend) : backend_(backend) {
 #if HISPARSE_WITH_CUDA
   if (backend_ == Backend::cuda) HISPARSE_CUDA_CHECK(cudaEventCreate(&native_));

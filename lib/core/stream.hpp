@@ -19,6 +19,8 @@ using NativeStream = cudaStream_t;
 using NativeStream = void*;
 #endif
 
+class Event;
+
 class Stream {
  public:
   /// A new non-blocking stream on the CUDA backend; an empty stream on the CPU.
@@ -32,6 +34,8 @@ class Stream {
   [[nodiscard]] Backend backend() const noexcept { return backend_; }
   [[nodiscard]] NativeStream native() const noexcept { return native_; }
   void synchronize() const;
+  /// Later work on this stream waits until `event`'s recorded work has finished (no host wait).
+  void wait(const Event& event) const;
 
  private:
   Backend backend_;
@@ -53,6 +57,7 @@ class Event {
   [[nodiscard]] static double elapsed_ms(const Event& start, const Event& end);
 
  private:
+  friend class Stream;
   Backend backend_;
 #if HISPARSE_WITH_CUDA
   cudaEvent_t native_ = nullptr;

@@ -201,8 +201,12 @@ void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
       weights_bf16_.emplace(t.name + kUkTransposed, std::move(uk));
     }
   }
-  if (config_.bf16_gemm)
+  if (config_.bf16_gemm) {
     gemm_x_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k, "GEMM activations (bf16)");
+    if (config_.overlap_selection)
+      gemm_x_selection_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k,
+                                             "GEMM activations on the selection stream (bf16)");
+  }
 }
 
 void CudaDecodeEngine::upload_workload_tables() {
@@ -431,7 +435,8 @@ void CudaDecodeEngine::linear(const float* x, LinearWeight wt, float* y, int m, 
   a.x = x;
   a.w = wt.f32;
   a.w_bf16 = wt.bf16;
-  a.x_bf16 = wt.bf16 ? gemm_x_.device_data() : nullptr;
+  const auto& scratch = lane_ == &selection_stream_ ? gemm_x_selection_ : gemm_x_;
+  a.x_bf16 = wt.bf16 ? scratch.device_data() : nullptr;
   a.y = y;
   a.m = m;
   a.n = n;

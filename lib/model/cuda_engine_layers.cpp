@@ -143,7 +143,10 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
     a.top_k = width_;
     a.index_groups = kvh;
   }
-  if (hot_rows_) place_hot(l, a);
+  if (hot_rows_) {
+    swap_in(l, a.indices);
+    read_hot_rows(l, a);
+  }
   {
     HISPARSE_RANGE("attention", Phase::attention);
     GpuPhaseClock::Scope t(clock_, "attention");
@@ -168,12 +171,30 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   float* q = q_.device_data();
   float* q_abs = q_model_.device_data();
   {
-    HISPARSE_RANGE("q_kv", Phase::gemm);
+    HISPARSE_RANGE("q_a", Phase::gemm);
     GpuPhaseClock::Scope t(clock_, "attention");
     linear(h_.device_data(), wl(l, "self_attn.q_a_proj.weight"), q_a_.device_data(), batch_,
            m.q_lora_rank, H);
     rmsnorm(q_a_.device_data(), w(l, "self_attn.q_a_layernorm.weight"), q_a_.device_data(), batch_,
             m.q_lora_rank);
+  }
+  workload_queries(l);
+  // The rows attention reads (indexer, top-k, swap-in) need only h and q_a: with
+  // overlap_selection they are chosen on the selection stream while this stream projects the
+  // queries and the new KV row, and attention waits for both.
+  const bool indexes = model_.has_indexer() && indexer_layer(l) == l;
+  auto select_rows = [&] {
+    if (indexes) select_dsa(l, stats);
+    if (hot_rows_) swap_in(l, indices_.device_data());
+  };
+  const bool overlap = config_.overlap_selection && (indexes || hot_rows_);
+  if (overlap) {
+    SelectionLane lane(*this);
+    select_rows();
+  }
+  {
+    HISPARSE_RANGE("q_kv", Phase::gemm);
+    GpuPhaseClock::Scope t(clock_, "attention");
     linear(q_a_.device_data(), wl(l, "self_attn.q_b_proj.weight"), q, batch_, heads * qk,
            m.q_lora_rank);
     linear(h_.device_data(), wl(l, "self_attn.kv_a_proj_with_mqa.weight"), kv_.device_data(),
@@ -197,7 +218,6 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
     ab.v_dim = vd;
     kernels::launch_mla_absorb(ab, s());
   }
-  workload_queries(l);
   {
     GpuPhaseClock::Scope t(clock_, "attention");
     kernels::BlendQueriesArgs bq;
@@ -232,7 +252,10 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
       hot_rows_->append_device(l, pos + 1, new_rows_.device_data(), stream_);
     }
   }
-  if (model_.has_indexer() && indexer_layer(l) == l) select_dsa(l, stats);
+  if (overlap)
+    join_selection();
+  else
+    select_rows();
   kernels::DecodeAttentionArgs a;
   a.q = q_abs;
   a.k_bf16 = k_cache_[zu(l)].device_data();  // replaced by the hot rows in the hisparse modes
@@ -253,7 +276,7 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
     a.top_k = top_k_;
     a.index_groups = 1;
   }
-  if (hot_rows_) place_hot(l, a);
+  if (hot_rows_) read_hot_rows(l, a);
   {
     HISPARSE_RANGE("attention", Phase::attention);
     GpuPhaseClock::Scope t(clock_, "attention");
@@ -367,11 +390,16 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
   kernels::launch_topk(tk, s());
 }
 
-void CudaDecodeEngine::place_hot(int l, kernels::DecodeAttentionArgs& a) {
+void CudaDecodeEngine::swap_in(int l, const std::int32_t* selected) {
   HISPARSE_RANGE("swap_in", Phase::swap_in);
   GpuPhaseClock::Scope t(clock_, "swap_in");
   // Asynchronous: the step's hits and misses are read once it has finished (CudaDecodeEngine::step).
-  hot_rows_->swap_in_device(l, a.indices, seq_len_ + 1, slots_.device_data(), stream_);
+  // Independent of this layer's append_device: the new token is a hit in the reserved slot, which
+  // the swap-in never writes, and the pool rows it copies were written by earlier steps.
+  hot_rows_->swap_in_device(l, selected, seq_len_ + 1, slots_.device_data(), *lane_);
+}
+
+void CudaDecodeEngine::read_hot_rows(int l, kernels::DecodeAttentionArgs& a) const {
   const auto* rows = reinterpret_cast<const std::uint16_t*>(hot_rows_->layer_rows_bytes(l));
   a.k_bf16 = rows;
   a.v_bf16 = model_.is_mla() ? rows : rows + key_dim_;

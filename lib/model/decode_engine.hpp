@@ -72,6 +72,10 @@ struct EngineConfig {
   /// the weight bytes, tensor cores); false: fp32 GEMMs, whose CUDA results follow the CPU
   /// engine's within float rounding (bf16 rounding turns such differences into 2^-8 steps)
   bool bf16_gemm = false;
+  /// CUDA engine, MLA models: the DSA indexer, top-k and swap-in run on a second stream while
+  /// the first projects the queries and the new KV row; attention waits for both. Off: one
+  /// stream, the selection after the projections (the same results either way)
+  bool overlap_selection = true;
   /// Numerical health (`run --verify`): the residual stream after every layer's attention and
   /// FFN, and the logits, checked for NaN and Inf; a step that finds one throws Error naming the
   /// layer and phase where it first appeared

@@ -71,6 +71,8 @@
 //                               # activations (a bf16 deployment: half the weight bytes, tensor
 //                               # cores); fp32 keeps the CUDA engine within float rounding of the
 //                               # CPU engine [fp32]
+//     overlap_selection: true   # CUDA engine, MLA models: the indexer, top-k and swap-in on a
+//                               # second stream beside the query and KV projections [true]
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -126,6 +128,8 @@ struct DeploymentSpec {
   double gpu_memory_gib = 0;
   /// "fp32" or "bf16": EngineConfig::bf16_gemm
   std::string gemm_dtype = "fp32";
+  /// EngineConfig::overlap_selection
+  bool overlap_selection = true;
 };
 
 struct FathomSpec {

@@ -93,7 +93,15 @@ TEST(ScenarioValidation, DeploymentKeysReachThePointsAndTheResults) {
             "1000000");
   EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {share_weights: true}\n"),
             "s.yaml:3:14: deployment.share_weights: unknown key; use one of share_layer_weights, "
-            "gpu_memory_gib, gemm_dtype");
+            "gpu_memory_gib, gemm_dtype, overlap_selection");
+  EXPECT_TRUE(plain.expand().front().config.overlap_selection);
+  const Scenario one_stream = parse_scenario("name: a\nmodel: tiny-dsa\n", "s.yaml",
+                                             {"deployment.overlap_selection=false"});
+  EXPECT_FALSE(one_stream.expand().front().config.overlap_selection);
+  EXPECT_EQ(one_stream.to_json()["deployment"]["overlap_selection"], false);
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {overlap_selection: 2}\n"),
+            "s.yaml:3:33: deployment.overlap_selection: expected true or false, got '2'; write "
+            "true or false");
 }
 
 TEST(ScenarioValidation, FathomCentreKeysReachesEveryPointAndTheResults) {

@@ -52,7 +52,10 @@ using std::size_t;
 }
 
 // GPU time per phase name: a start and a stop event around each enqueued piece of a phase, summed
-// after the step's final synchronisation. The events are made on the first step and reused.
+// after the step's final synchronisation. The events are made on the first step and reused. Both
+// events of a piece go to the stream that was current when it opened (set_stream), so a phase on
+// the selection stream is timed there; phases on two streams overlap, and their sum can exceed
+// the step.
 class GpuPhaseClock {
  public:
   explicit GpuPhaseClock(cudaStream_t stream) : stream_(stream) {}
@@ -78,6 +81,7 @@ class GpuPhaseClock {
   };
 
   void begin_step() noexcept { used_ = 0; }
+  void set_stream(cudaStream_t stream) noexcept { stream_ = stream; }
   /// Adds each phase's GPU milliseconds to `phase_ms` (the stream must have finished).
   void collect(std::map<std::string, double>& phase_ms) const {
     for (size_t i = 0; i < used_; ++i) {
@@ -91,19 +95,23 @@ class GpuPhaseClock {
   struct Mark {
     const char* name;
     cudaEvent_t start, stop;
+    cudaStream_t stream;
   };
   size_t open(const char* name) {
     if (used_ == marks_.size()) {
-      Mark m{name, nullptr, nullptr};
+      Mark m{name, nullptr, nullptr, nullptr};
       HISPARSE_CUDA_CHECK(cudaEventCreate(&m.start));
       HISPARSE_CUDA_CHECK(cudaEventCreate(&m.stop));
       marks_.push_back(m);
     }
     marks_[used_].name = name;
+    marks_[used_].stream = stream_;
     HISPARSE_CUDA_CHECK(cudaEventRecord(marks_[used_].start, stream_));
     return used_++;
   }
-  void close(size_t index) { HISPARSE_CUDA_CHECK(cudaEventRecord(marks_[index].stop, stream_)); }
+  void close(size_t index) {
+    HISPARSE_CUDA_CHECK(cudaEventRecord(marks_[index].stop, marks_[index].stream));
+  }
 
   cudaStream_t stream_;
   std::vector<Mark> marks_;
@@ -141,7 +149,33 @@ class CudaDecodeEngine final : public EngineImpl {
   [[nodiscard]] static Buffer<T> gpu(std::int64_t n, const char* label) {
     return Buffer<T>::device(zu(std::max<std::int64_t>(n, 1)), Backend::cuda, label);
   }
-  [[nodiscard]] cudaStream_t s() const noexcept { return stream_.native(); }
+  /// The stream work is enqueued on: stream_, or selection_stream_ inside a SelectionLane.
+  [[nodiscard]] cudaStream_t s() const noexcept { return lane_->native(); }
+  void switch_lane(const Stream& lane) noexcept {
+    lane_ = &lane;
+    clock_.set_stream(lane.native());
+  }
+  /// While one is alive, work goes to the selection stream, after all the work enqueued on
+  /// stream_ before it (EngineConfig::overlap_selection); join_selection() then makes stream_
+  /// wait for that work.
+  class SelectionLane {
+   public:
+    explicit SelectionLane(CudaDecodeEngine& engine) : engine_(engine) {
+      engine.selection_fork_.record(engine.stream_);
+      engine.selection_stream_.wait(engine.selection_fork_);
+      engine.switch_lane(engine.selection_stream_);
+    }
+    ~SelectionLane() { engine_.switch_lane(engine_.stream_); }
+    SelectionLane(const SelectionLane&) = delete;
+    SelectionLane& operator=(const SelectionLane&) = delete;
+
+   private:
+    CudaDecodeEngine& engine_;
+  };
+  void join_selection() {
+    selection_done_.record(selection_stream_);
+    stream_.wait(selection_done_);
+  }
   [[nodiscard]] const float* w(int layer, std::string_view suffix) const {
     return weight(layer_tensor_name(model_, layer, suffix, config_.share_layer_weights));
   }
@@ -193,7 +227,10 @@ class CudaDecodeEngine final : public EngineImpl {
   void attention_gqa(int layer, StepStats& stats);
   void attention_mla(int layer, StepStats& stats);
   void select_dsa(int layer, StepStats& stats);
-  void place_hot(int layer, kernels::DecodeAttentionArgs& a);
+  /// The hot buffer's swap-in of layer `layer`'s selection (slots into slots_), on s().
+  void swap_in(int layer, const std::int32_t* selected);
+  /// Points attention's rows and index list at the hot buffer's rows and slots_.
+  void read_hot_rows(int layer, kernels::DecodeAttentionArgs& a) const;
   void measure_quality(int layer, const kernels::DecodeAttentionArgs& sparse, int groups,
                        StepStats& stats);
   void ffn(int layer);
@@ -202,13 +239,17 @@ class CudaDecodeEngine final : public EngineImpl {
   void check_finite(const Buffer<float>& x, std::int64_t n, int site);
 
   Stream stream_{Backend::cuda};
+  Stream selection_stream_{Backend::cuda};
   GpuPhaseClock clock_{stream_.native()};
+  const Stream* lane_ = &stream_;
+  Event selection_fork_{Backend::cuda}, selection_done_{Backend::cuda};
   KvWorkload workload_;
   std::int64_t capacity_ = 0;  ///< rows per (request, KV head): context + max_decode_steps
   std::int64_t step_ = 0;
   std::map<std::string, Buffer<float>, std::less<>> weights_;
   std::map<std::string, Buffer<std::uint16_t>, std::less<>> weights_bf16_;
   Buffer<std::uint16_t> gemm_x_;  ///< a GEMM's activations rounded to bf16 [batch x widest k]
+  Buffer<std::uint16_t> gemm_x_selection_;  ///< the same for GEMMs on the selection stream
   /// per layer [batch][kv_heads][capacity][dim], bf16 (empty where !rows_on_gpu)
   std::vector<Buffer<std::uint16_t>> k_cache_, v_cache_;
   std::vector<Buffer<std::uint8_t>> index_keys_;  ///< per indexer layer [batch][capacity][dim]
