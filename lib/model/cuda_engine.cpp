@@ -203,7 +203,7 @@ void CudaDecodeEngine::upload_weights(const ModelWeights& host) {
   }
   if (config_.bf16_gemm) {
     gemm_x_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k, "GEMM activations (bf16)");
-    if (config_.overlap_selection)
+    if (config_.overlap_selection && model_.is_mla())  // only MLA layers open a SelectionLane
       gemm_x_selection_ = gpu<std::uint16_t>(std::int64_t{batch_} * widest_k,
                                              "GEMM activations on the selection stream (bf16)");
   }
