@@ -122,21 +122,20 @@ __global__ void add_bias_kernel(AddBiasArgs a) {
 
 __global__ void store_bf16_rows_kernel(StoreBf16RowsArgs a) {
   const int src_stride = a.src_stride ? a.src_stride : a.width;
-  const std::int64_t dst_stride = a.dst_stride ? a.dst_stride : a.width;
   HISPARSE_GRID_STRIDE(i, static_cast<std::int64_t>(a.rows) * a.width) {
     const std::int64_t r = i / a.width, c = i % a.width;
     float& v = a.src[r * src_stride + c];
     const std::uint16_t h = float_to_bf16(v);
     v = bf16_to_float(h);
-    a.dst[r * dst_stride + c] = h;
+    a.dst[store_row_offset(a, static_cast<int>(r)) + c] = h;
   }
 }
 
 // One block per row; 16-byte words where every address and the size allow, else bytes.
 __global__ void append_rows_kernel(AppendRowsArgs a) {
   const std::uint8_t* src = a.src + static_cast<std::size_t>(blockIdx.x) * a.bytes;
-  std::uint8_t* pool = a.pool + blockIdx.x * a.pool_stride;
-  std::uint8_t* hot = a.hot + blockIdx.x * a.hot_stride;
+  std::uint8_t* pool = append_pool_row(a, static_cast<int>(blockIdx.x));
+  std::uint8_t* hot = append_hot_row(a, static_cast<int>(blockIdx.x));
   const bool words =
       ((reinterpret_cast<std::uintptr_t>(src) | reinterpret_cast<std::uintptr_t>(pool) |
         reinterpret_cast<std::uintptr_t>(hot) | static_cast<std::uintptr_t>(a.bytes)) &

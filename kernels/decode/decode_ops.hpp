@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/config.hpp"
 #include "core/stream.hpp"
 
 namespace hisparse::kernels {
@@ -126,7 +127,17 @@ struct StoreBf16RowsArgs {
   int width = 0;
   int src_stride = 0;           ///< 0: width
   std::int64_t dst_stride = 0;  ///< elements between dst rows (0: width)
+  /// Optional (a step replayed from a CUDA graph reads its position when it runs): row r goes
+  /// dst_positions[r / rows_per_position] rows of `width` further (device memory on CUDA).
+  const std::int64_t* dst_positions = nullptr;
+  int rows_per_position = 1;
 };
+/// Element offset of row r's first value in StoreBf16RowsArgs::dst.
+HISPARSE_HD std::int64_t store_row_offset(const StoreBf16RowsArgs& a, int r) {
+  const std::int64_t stride = a.dst_stride ? a.dst_stride : a.width;
+  const std::int64_t at = static_cast<std::int64_t>(r) * stride;
+  return a.dst_positions ? at + a.dst_positions[r / a.rows_per_position] * a.width : at;
+}
 
 /// The HiSparse append: the newest KV row of every stream into the host pool and into the hot
 /// buffer's newest-token slot at once, src row r to pool + r * pool_stride and to
@@ -140,7 +151,26 @@ struct AppendRowsArgs {
   std::size_t hot_stride = 0;
   int rows = 0;
   int bytes = 0;
+  /// Optional (a step replayed from a CUDA graph): the new token's position per row, read when
+  /// the kernel runs; pool and hot then address the row's token 0 and slot 0, and the row goes
+  /// positions[r] pool rows of pool_row_stride further and into slot min(positions[r],
+  /// newest_slot_max) (HotBuffer::newest_slot), slots hot_slot_stride bytes apart.
+  const std::int64_t* positions = nullptr;
+  std::size_t pool_row_stride = 0;
+  std::size_t hot_slot_stride = 0;
+  std::int64_t newest_slot_max = 0;
 };
+/// Where AppendRowsArgs row r goes in the pool and in the hot buffer.
+HISPARSE_HD std::uint8_t* append_pool_row(const AppendRowsArgs& a, int r) {
+  std::uint8_t* at = a.pool + static_cast<std::size_t>(r) * a.pool_stride;
+  return a.positions ? at + static_cast<std::size_t>(a.positions[r]) * a.pool_row_stride : at;
+}
+HISPARSE_HD std::uint8_t* append_hot_row(const AppendRowsArgs& a, int r) {
+  std::uint8_t* at = a.hot + static_cast<std::size_t>(r) * a.hot_stride;
+  if (!a.positions) return at;
+  const std::int64_t slot = a.positions[r] < a.newest_slot_max ? a.positions[r] : a.newest_slot_max;
+  return at + static_cast<std::size_t>(slot) * a.hot_slot_stride;
+}
 
 /// Numerical health: *first_site = min(*first_site, site) when any of the n floats of x is NaN or
 /// Inf. A step numbers its check points in order, so the smallest marked site is where a

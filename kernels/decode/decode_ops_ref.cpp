@@ -107,21 +107,20 @@ void add_bias_ref(const AddBiasArgs& a) {
 
 void store_bf16_rows_ref(const StoreBf16RowsArgs& a) {
   const int src_stride = a.src_stride ? a.src_stride : a.width;
-  const std::int64_t dst_stride = a.dst_stride ? a.dst_stride : a.width;
   for (int r = 0; r < a.rows; ++r)
     for (int c = 0; c < a.width; ++c) {
       float& v = a.src[zu(r) * zu(src_stride) + zu(c)];
       const std::uint16_t h = float_to_bf16(v);
       v = bf16_to_float(h);
-      a.dst[zu(r) * zu(dst_stride) + zu(c)] = h;
+      a.dst[store_row_offset(a, r) + c] = h;
     }
 }
 
 void append_rows_ref(const AppendRowsArgs& a) {
   for (int r = 0; r < a.rows; ++r) {
     const std::uint8_t* src = a.src + zu(r) * zu(a.bytes);
-    std::copy_n(src, a.bytes, a.pool + zu(r) * a.pool_stride);
-    std::copy_n(src, a.bytes, a.hot + zu(r) * a.hot_stride);
+    std::copy_n(src, a.bytes, append_pool_row(a, r));
+    std::copy_n(src, a.bytes, append_hot_row(a, r));
   }
 }
 

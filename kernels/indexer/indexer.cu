@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kTokenThreads) indexer_token_kernel(IndexerArg
 __global__ void quantize_keys_kernel(QuantizeIndexKeysArgs a) {
   const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (r >= a.rows) return;
-  const std::int64_t at = static_cast<std::int64_t>(r) * a.dest_row_stride + a.dest_offset;
+  const std::int64_t at = quantize_dest_row(a, r);
   quantize_index_key(a.keys + static_cast<std::ptrdiff_t>(r) * a.key_stride, a.dim,
                      a.codes + at * a.dim, a.scales + at);
 }

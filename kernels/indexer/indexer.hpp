@@ -65,7 +65,15 @@ struct QuantizeIndexKeysArgs {
   int key_stride = 0;
   std::int64_t dest_row_stride = 0;
   std::int64_t dest_offset = 0;
+  /// Optional, in place of dest_offset (a step replayed from a CUDA graph reads its positions when
+  /// it runs): row r's key goes to row dest_positions[r] of its request (device memory on CUDA).
+  const std::int64_t* dest_positions = nullptr;
 };
+/// The destination row of QuantizeIndexKeysArgs key r.
+HISPARSE_HD std::int64_t quantize_dest_row(const QuantizeIndexKeysArgs& a, int r) {
+  return static_cast<std::int64_t>(r) * a.dest_row_stride +
+         (a.dest_positions ? a.dest_positions[r] : a.dest_offset);
+}
 #if HISPARSE_WITH_CUDA
 void launch_quantize_index_keys(const QuantizeIndexKeysArgs& args, cudaStream_t stream);
 #endif

@@ -32,7 +32,7 @@ void indexer_ref(const IndexerArgs& a) {
 
 void quantize_index_keys_ref(const QuantizeIndexKeysArgs& a) {
   for (int r = 0; r < a.rows; ++r) {
-    const std::int64_t at = static_cast<std::int64_t>(r) * a.dest_row_stride + a.dest_offset;
+    const std::int64_t at = quantize_dest_row(a, r);
     quantize_index_key(a.keys + static_cast<std::ptrdiff_t>(r) * a.key_stride, a.dim,
                        a.codes + at * a.dim, a.scales + at);
   }

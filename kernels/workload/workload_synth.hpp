@@ -91,6 +91,8 @@ struct SynthQueriesArgs {
   int kv_heads = 1;
   int dim = 0;
   std::int64_t step = 0;
+  /// Optional, in place of step (a step replayed from a CUDA graph reads it when it runs).
+  const std::int64_t* step_device = nullptr;
   float rho = 1.0f;
   float fresh = 0.0f;
   float c_q = 0.0f;
@@ -138,10 +140,11 @@ HISPARSE_HD void synth_query_value(const SynthQueriesArgs& a, int r, std::int64_
   const std::int64_t n = std::int64_t{a.q_heads} * a.dim;
   float& st = a.state[r * n + i];
   const std::uint64_t seed = a.seeds[r];
-  if (a.step == 0) {
+  const std::int64_t step = a.step_device ? *a.step_device : a.step;
+  if (step == 0) {
     st = random_normal(seed, static_cast<std::uint64_t>(i));
   } else {
-    const float z = random_normal(seed, static_cast<std::uint64_t>(a.step * n + i));
+    const float z = random_normal(seed, static_cast<std::uint64_t>(step * n + i));
     st = add_rn(mul_rn(a.rho, st), mul_rn(a.fresh, z));
   }
   const int h = static_cast<int>(i / a.dim), j = static_cast<int>(i % a.dim);

@@ -283,6 +283,7 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
   std::uint64_t tokens_hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis
   double h2d = 0, scanned = 0, plan_bits = 0;
   std::int64_t plans = 0, active_channels = 0;
+  int graph_steps = 0;  // measured steps that replayed the CUDA engine's graph
   for (int s = 0; s < total; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats st = engine.step();
@@ -304,9 +305,13 @@ Runner::Measured Runner::run_once(const ModelSpec& model, EngineConfig config, i
       plan_bits += st.plan_bits;
       active_channels += st.plan_active_channels;
       tokens_hash = fnv1a(tokens_hash, st.next_tokens);
+      graph_steps += st.graph_replay ? 1 : 0;
     }
     if (progress) progress(s + 1, total);
   }
+  if (graph_steps > 0)
+    m.timing += fmt::format(", {} of {} measured steps replayed a CUDA graph of the whole step",
+                            graph_steps, decode_steps);
   set_timings(m, step_ms, phases);
   m.next_tokens_digest = fmt::format("{:016x}", tokens_hash);
   if (m.hits + m.misses > 0)

@@ -12,10 +12,12 @@
 // A synthetic workload is made on the GPU (kernels/workload: the context's KV rows and index keys
 // at construction, each step's queries per layer), bit for bit KvWorkload's values; a replayed
 // capture is read on the host and copied up.
-// What still crosses to the host inside a step, for now: a replayed capture's queries and the Fathom
-// selector's queries and selections (each a synchronisation that a CUDA graph of the whole step
-// cannot hold). The swap-in's counts and selections land in pinned memory and are read with the
-// next tokens once the step has finished.
+// Steps from the second on replay one CUDA graph of the whole step (EngineConfig::cuda_graph):
+// every per-step value (positions, lengths, the workload's step) is read by the kernels from
+// device memory that the graph's first copy fills from pinned memory. What crosses to the host
+// inside a step, and so runs eagerly: a replayed capture's queries, the Fathom selector's queries
+// and selections, and the quality samples. The swap-in's counts and selections land in pinned
+// memory and are read with the next tokens once the step has finished.
 #include "model/detail/cuda_engine.hpp"
 
 namespace hisparse::detail {
@@ -115,9 +117,10 @@ CudaDecodeEngine::CudaDecodeEngine(const ModelSpec& model, const EngineConfig& c
     first_non_finite_ = gpu<std::int32_t>(1, "non-finite check");
     first_non_finite_host_ = Buffer<std::int32_t>::pinned(1, Backend::cuda, "non-finite check");
   }
-  positions_ = gpu<std::int64_t>(B, "positions");
-  lens_ = gpu<std::int64_t>(B, "sequence lengths");
-  group_lens_ = gpu<std::int64_t>(std::int64_t{B} * kv_heads_, "sequence lengths per KV head");
+  const std::int64_t state = 2 * std::int64_t{B} + 2 * std::int64_t{streams_} + 1;
+  step_state_ = gpu<std::int64_t>(state, "step positions and lengths");
+  step_state_host_ =
+      Buffer<std::int64_t>::pinned(zu(state), Backend::cuda, "step positions and lengths (host)");
   const std::vector<std::int32_t> first = first_tokens();
   std::copy(first.begin(), first.end(), tokens_host_.host_data());
   copy_bytes(tokens_.device_data(), tokens_host_.host_data(), zu(B) * sizeof(std::int32_t),
@@ -465,7 +468,7 @@ void CudaDecodeEngine::rope(float* x, int heads, int head_stride, int offset, in
                             int row_stride) const {
   kernels::RopeArgs r;
   r.x = x;
-  r.positions = positions_.device_data();
+  r.positions = positions();
   r.rows = batch_;
   r.heads = heads;
   r.head_stride = head_stride;
@@ -488,6 +491,7 @@ void CudaDecodeEngine::workload_queries(int layer) {
   q.kv_heads = kv_heads_;
   q.dim = key_dim_;
   q.step = step_;
+  q.step_device = step_index();
   q.rho = workload_.query_rho();
   q.fresh = workload_.query_fresh();
   q.c_q = workload_.query_anchor_gain();
@@ -539,6 +543,33 @@ void CudaDecodeEngine::check_finite(const Buffer<float>& x, std::int64_t n, int 
   kernels::launch_mark_non_finite(a, s());
 }
 
+void CudaDecodeEngine::write_step_state() {
+  std::int64_t* host = step_state_host_.host_data();
+  const std::int64_t B = batch_, S = streams_;
+  std::fill(host, host + B, seq_len_);
+  std::fill(host + B, host + 2 * B, seq_len_ + 1);
+  std::fill(host + 2 * B, host + 2 * B + S, seq_len_);
+  std::fill(host + 2 * B + S, host + 2 * B + 2 * S, seq_len_ + 1);
+  host[2 * B + 2 * S] = step_;
+}
+
+bool CudaDecodeEngine::replays_graph() const {
+  const bool quality = config_.quality_metrics && config_.mode != Mode::dense;
+  return config_.cuda_graph && step_ > 0 && gpu_workload_ && !fathom_ && !quality &&
+         !trace::TraceSession::collecting();
+}
+
+std::int64_t CudaDecodeEngine::selection_bytes() const {
+  if (!sparse_) return 0;
+  const std::int64_t tokens = std::int64_t{batch_} * (seq_len_ + 1);
+  if (!model_.is_mla())  // the exact top-k reads the K half of every row of every layer
+    return static_cast<std::int64_t>(model_.kv_row_bytes() / 2) * tokens * model_.layers;
+  if (!model_.has_indexer()) return 0;
+  std::int64_t indexer_layers = 0;
+  for (int l = 0; l < model_.layers; ++l) indexer_layers += indexer_layer(l) == l ? 1 : 0;
+  return static_cast<std::int64_t>(model_.index_key_bytes()) * tokens * indexer_layers;
+}
+
 StepStats CudaDecodeEngine::step() {
   HISPARSE_RANGE("step", Phase::step);
   StepStats stats;
@@ -553,21 +584,60 @@ StepStats CudaDecodeEngine::step() {
                             step_, seq_len_, capacity_, config_.context_length),
                 "raise EngineConfig::max_decode_steps to the number of steps the run takes");
   const auto start = Clock::now();
-  clock_.begin_step();
-  {
-    // Positions of the new tokens and the lengths after appending them.
-    std::vector<std::int64_t> pos(zu(batch_) * zu(kv_heads_), seq_len_);
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(positions_.device_data(), pos.data(),
-                                        zu(batch_) * sizeof(std::int64_t), cudaMemcpyHostToDevice,
-                                        s()));
-    std::fill(pos.begin(), pos.end(), seq_len_ + 1);
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(lens_.device_data(), pos.data(),
-                                        zu(batch_) * sizeof(std::int64_t), cudaMemcpyHostToDevice,
-                                        s()));
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(group_lens_.device_data(), pos.data(),
-                                        pos.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice,
-                                        s()));
+  write_step_state();
+  stats.graph_replay = replays_graph();
+  if (!stats.graph_replay) {
+    clock_.begin_step();
+    enqueue_step(stats);
+  } else {
+    if (!graph_) {  // capture once; nothing runs until the launch below
+      HISPARSE_RANGE("capture", Phase::step);
+      StepStats captured;  // the host learns nothing while capturing
+      clock_.begin_step();
+      clock_.set_capturing(true);
+      try {
+        graph_ = std::make_unique<CudaGraph>(
+            stream_, [&] { enqueue_step(captured); },
+            fmt::format("the CUDA engine's decode step ({} at concurrency {})",
+                        name_of(config_.mode), batch_)
+                .c_str());
+      } catch (...) {
+        clock_.set_capturing(false);
+        if (hot_rows_) (void)hot_rows_->forget_pending();
+        throw;
+      }
+      clock_.set_capturing(false);
+      graph_marks_ = clock_.marks();
+      if (hot_rows_) graph_swap_in_layers_ = hot_rows_->forget_pending();
+    }
+    clock_.replayed(graph_marks_);
+    if (hot_rows_) hot_rows_->replayed(graph_swap_in_layers_, seq_len_ + 1);
+    graph_->launch(stream_);
   }
+  stats.bytes_scanned += selection_bytes();
+  stream_.synchronize();
+  if (hot_rows_) {
+    const SwapInStats st = hot_rows_->finish_step_device();
+    stats.hits += st.hits;
+    stats.misses += st.misses;
+    stats.bytes_h2d += st.misses * static_cast<std::int64_t>(deployed_row_bytes_);
+  }
+  if (config_.check_finite && first_non_finite_host_.host_data()[0] != kNoSite)
+    throw non_finite_error(model_, config_, step_, first_non_finite_host_.host_data()[0]);
+  stats.next_tokens.assign(tokens_host_.host_data(), tokens_host_.host_data() + batch_);
+  clock_.collect(stats.phase_ms);
+  ++seq_len_;
+  ++step_;
+  finish_quality(stats);
+  stats.step_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - start).count() - stats.quality_ms;
+  return stats;
+}
+
+void CudaDecodeEngine::enqueue_step(StepStats& stats) {
+  HISPARSE_CUDA_CHECK(cudaMemcpyAsync(step_state_.device_data(), step_state_host_.host_data(),
+                                      step_state_.size() * sizeof(std::int64_t),
+                                      cudaMemcpyHostToDevice, s()));
   const int H = model_.hidden;
   const std::int64_t residual = static_cast<std::int64_t>(batch_) * H;
   if (config_.check_finite)
@@ -602,45 +672,26 @@ StepStats CudaDecodeEngine::step() {
     ffn(l);
     check_finite(x_, residual, finite_site(l, true));
   }
-  {
-    HISPARSE_RANGE("lm_head", Phase::lm_head);
-    GpuPhaseClock::Scope t(clock_, "lm_head");
-    rmsnorm(x_.device_data(), weight("model.norm.weight"), h_.device_data(), batch_, H);
-    linear(h_.device_data(), linear_weight("lm_head.weight"), logits_.device_data(), batch_,
-           model_.vocab, H);
-    kernels::ArgmaxArgs am;
-    am.x = logits_.device_data();
-    am.out = tokens_.device_data();
-    am.rows = batch_;
-    am.n = model_.vocab;
-    kernels::launch_argmax(am, s());
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.host_data(), tokens_.device_data(),
-                                        zu(batch_) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
-                                        s()));
-    check_finite(logits_, static_cast<std::int64_t>(batch_) * model_.vocab,
-                 logits_site(model_.layers));
-    if (config_.check_finite)
-      HISPARSE_CUDA_CHECK(cudaMemcpyAsync(first_non_finite_host_.host_data(),
-                                          first_non_finite_.device_data(), sizeof(std::int32_t),
-                                          cudaMemcpyDeviceToHost, s()));
-  }
-  stream_.synchronize();
-  if (hot_rows_) {
-    const SwapInStats st = hot_rows_->finish_step_device();
-    stats.hits += st.hits;
-    stats.misses += st.misses;
-    stats.bytes_h2d += st.misses * static_cast<std::int64_t>(deployed_row_bytes_);
-  }
-  if (config_.check_finite && first_non_finite_host_.host_data()[0] != kNoSite)
-    throw non_finite_error(model_, config_, step_, first_non_finite_host_.host_data()[0]);
-  stats.next_tokens.assign(tokens_host_.host_data(), tokens_host_.host_data() + batch_);
-  clock_.collect(stats.phase_ms);
-  ++seq_len_;
-  ++step_;
-  finish_quality(stats);
-  stats.step_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - start).count() - stats.quality_ms;
-  return stats;
+  HISPARSE_RANGE("lm_head", Phase::lm_head);
+  GpuPhaseClock::Scope t(clock_, "lm_head");
+  rmsnorm(x_.device_data(), weight("model.norm.weight"), h_.device_data(), batch_, H);
+  linear(h_.device_data(), linear_weight("lm_head.weight"), logits_.device_data(), batch_,
+         model_.vocab, H);
+  kernels::ArgmaxArgs am;
+  am.x = logits_.device_data();
+  am.out = tokens_.device_data();
+  am.rows = batch_;
+  am.n = model_.vocab;
+  kernels::launch_argmax(am, s());
+  HISPARSE_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.host_data(), tokens_.device_data(),
+                                      zu(batch_) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
+                                      s()));
+  check_finite(logits_, static_cast<std::int64_t>(batch_) * model_.vocab,
+               logits_site(model_.layers));
+  if (config_.check_finite)
+    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(first_non_finite_host_.host_data(),
+                                        first_non_finite_.device_data(), sizeof(std::int32_t),
+                                        cudaMemcpyDeviceToHost, s()));
 }
 
 std::unique_ptr<EngineImpl> make_cuda_engine(const ModelSpec& model, const EngineConfig& config) {

@@ -45,23 +45,25 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
     HISPARSE_RANGE("append", Phase::append);
     GpuPhaseClock::Scope t(clock_, "append");
     // k_ and v_ are rounded to bf16 in place by the first store: what every reader sees.
-    auto store = [&](float* src, std::uint16_t* dst, std::int64_t dst_stride) {
+    // Into the cache at each stream's position (read on the GPU), or packed (no positions).
+    auto store = [&](float* src, std::uint16_t* dst, std::int64_t dst_stride, bool at_position) {
       kernels::StoreBf16RowsArgs st;
       st.src = src;
       st.dst = dst;
       st.rows = batch_ * kvh;
       st.width = hd;
       st.dst_stride = dst_stride;
+      st.dst_positions = at_position ? stream_positions() : nullptr;
       kernels::launch_store_bf16_rows(st, s());
     };
     if (keys_on_gpu(l))
-      store(k_.device_data(), k_cache_[zu(l)].device_data() + zu(pos) * zu(hd), capacity_ * hd);
+      store(k_.device_data(), k_cache_[zu(l)].device_data(), capacity_ * hd, true);
     if (values_on_gpu(l))
-      store(v_.device_data(), v_cache_[zu(l)].device_data() + zu(pos) * zu(hd), capacity_ * hd);
+      store(v_.device_data(), v_cache_[zu(l)].device_data(), capacity_ * hd, true);
     if (hot_rows_) {  // [K | V] rows of every stream, then into the pool and the newest slot
-      store(k_.device_data(), new_rows_.device_data(), 2 * hd);
-      store(v_.device_data(), new_rows_.device_data() + hd, 2 * hd);
-      hot_rows_->append_device(l, pos + 1, new_rows_.device_data(), stream_);
+      store(k_.device_data(), new_rows_.device_data(), 2 * hd, false);
+      store(v_.device_data(), new_rows_.device_data() + hd, 2 * hd, false);
+      hot_rows_->append_device(l, pos + 1, new_rows_.device_data(), stream_positions(), stream_);
     }
     if (fathom_index_) {
       fathom_k_host_.resize(zu(streams_) * zu(hd));
@@ -76,7 +78,7 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
   a.q = q;
   a.k_bf16 = k_cache_[zu(l)].device_data();  // replaced by the hot rows in the hisparse modes
   a.v_bf16 = v_cache_[zu(l)].device_data();
-  a.seq_lens = lens_.device_data();
+  a.seq_lens = lens();
   a.batch = batch_;
   a.q_heads = qh;
   a.kv_heads = kvh;
@@ -91,7 +93,7 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
       kernels::GroupAttentionMassArgs m;
       m.q = q;
       m.k_bf16 = a.k_bf16;
-      m.seq_lens = lens_.device_data();
+      m.seq_lens = lens();
       m.mass = mass_.device_data();
       m.batch = batch_;
       m.q_heads = qh;
@@ -101,13 +103,11 @@ void CudaDecodeEngine::attention_gqa(int l, StepStats& stats) {
       m.scale = a.scale;
       kernels::launch_group_attention_mass(m, s());
     }
-    stats.bytes_scanned +=
-        static_cast<std::int64_t>(model_.kv_row_bytes() / 2) * batch_ * (pos + 1);
     HISPARSE_RANGE("topk", Phase::topk);
     GpuPhaseClock::Scope t(clock_, "topk");
     kernels::TopkArgs tk;
     tk.scores = mass_.device_data();
-    tk.lengths = group_lens_.device_data();
+    tk.lengths = stream_lens();
     tk.out = indices_.device_data();
     tk.rows = batch_ * kvh;
     tk.stride = capacity_;
@@ -184,7 +184,7 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   // queries and the new KV row, and attention waits for both.
   const bool indexes = model_.has_indexer() && indexer_layer(l) == l;
   auto select_rows = [&] {
-    if (indexes) select_dsa(l, stats);
+    if (indexes) select_dsa(l);
     if (hot_rows_) swap_in(l, indices_.device_data());
   };
   const bool overlap = config_.overlap_selection && (indexes || hot_rows_);
@@ -241,15 +241,17 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
     st.rows = batch_;
     st.width = row;
     if (keys_on_gpu(l)) {
-      st.dst = k_cache_[zu(l)].device_data() + zu(pos) * zu(row);
+      st.dst = k_cache_[zu(l)].device_data();
       st.dst_stride = capacity_ * row;
+      st.dst_positions = positions();  // read on the GPU: a graph replays at every position
       kernels::launch_store_bf16_rows(st, s());
     }
     if (hot_rows_) {
       st.dst = new_rows_.device_data();
       st.dst_stride = row;
+      st.dst_positions = nullptr;
       kernels::launch_store_bf16_rows(st, s());
-      hot_rows_->append_device(l, pos + 1, new_rows_.device_data(), stream_);
+      hot_rows_->append_device(l, pos + 1, new_rows_.device_data(), stream_positions(), stream_);
     }
   }
   if (overlap)
@@ -260,7 +262,7 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
   a.q = q_abs;
   a.k_bf16 = k_cache_[zu(l)].device_data();  // replaced by the hot rows in the hisparse modes
   a.v_bf16 = a.k_bf16;
-  a.seq_lens = lens_.device_data();
+  a.seq_lens = lens();
   a.out = attention_out_[zu(l)].device_data();
   a.batch = batch_;
   a.q_heads = heads;
@@ -310,10 +312,9 @@ void CudaDecodeEngine::attention_mla(int l, StepStats& stats) {
          heads * vd, 1.0f);
 }
 
-void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
+void CudaDecodeEngine::select_dsa(int l) {
   const IndexerShape& ix = model_.indexer;
   const int H = model_.hidden;
-  const std::int64_t pos = seq_len_;
   {
     HISPARSE_RANGE("indexer_proj", Phase::indexer);
     GpuPhaseClock::Scope t(clock_, "indexer");
@@ -339,7 +340,7 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
     qk.dim = ix.head_dim;
     qk.key_stride = ix.head_dim;
     qk.dest_row_stride = capacity_;
-    qk.dest_offset = pos;
+    qk.dest_positions = positions();
     kernels::launch_quantize_index_keys(qk, s());
   }
   if (!sparse_) return;
@@ -369,20 +370,19 @@ void CudaDecodeEngine::select_dsa(int l, StepStats& stats) {
     a.weights = ix_w_.device_data();
     a.keys = index_keys_[zu(l)].device_data();
     a.key_scales = index_scales_[zu(l)].device_data();
-    a.seq_lens = lens_.device_data();
+    a.seq_lens = lens();
     a.scores = scores_.device_data();
     a.batch = batch_;
     a.heads = ix.heads;
     a.dim = ix.head_dim;
     a.capacity = capacity_;
-    kernels::launch_indexer(a, s());
-    stats.bytes_scanned += static_cast<std::int64_t>(model_.index_key_bytes()) * batch_ * (pos + 1);
+    kernels::launch_indexer(a, s());  // its bytes: CudaDecodeEngine::selection_bytes()
   }
   HISPARSE_RANGE("topk", Phase::topk);
   GpuPhaseClock::Scope t(clock_, "topk");
   kernels::TopkArgs tk;
   tk.scores = scores_.device_data();
-  tk.lengths = lens_.device_data();
+  tk.lengths = lens();
   tk.out = indices_.device_data();
   tk.rows = batch_;
   tk.stride = capacity_;
@@ -396,7 +396,7 @@ void CudaDecodeEngine::swap_in(int l, const std::int32_t* selected) {
   // Asynchronous: the step's hits and misses are read once it has finished (CudaDecodeEngine::step).
   // Independent of this layer's append_device: the new token is a hit in the reserved slot, which
   // the swap-in never writes, and the pool rows it copies were written by earlier steps.
-  hot_rows_->swap_in_device(l, selected, seq_len_ + 1, slots_.device_data(), *lane_);
+  hot_rows_->swap_in_device(l, selected, seq_len_ + 1, stream_lens(), slots_.device_data(), *lane_);
 }
 
 void CudaDecodeEngine::read_hot_rows(int l, kernels::DecodeAttentionArgs& a) const {
@@ -419,8 +419,7 @@ void CudaDecodeEngine::measure_quality(int l, const kernels::DecodeAttentionArgs
   stream_.synchronize();  // the step's work so far counts in the step, not in quality_ms
   const auto t0 = Clock::now();
   const std::uint16_t* k = k_cache_[zu(l)].device_data();
-  kernels::DecodeAttentionArgs d =
-      dense_twin(sparse, nullptr, nullptr, capacity_, lens_.device_data());
+  kernels::DecodeAttentionArgs d = dense_twin(sparse, nullptr, nullptr, capacity_, lens());
   d.k_bf16 = k;
   d.v_bf16 = model_.is_mla() ? k : v_cache_[zu(l)].device_data();
   const size_t out_floats = zu(batch_) * zu(d.q_heads) * zu(d.v_dim);

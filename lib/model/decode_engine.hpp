@@ -76,6 +76,10 @@ struct EngineConfig {
   /// the first projects the queries and the new KV row; attention waits for both. Off: one
   /// stream, the selection after the projections (the same results either way)
   bool overlap_selection = true;
+  /// CUDA engine: from the second step on, steps that need nothing from the host mid-step replay
+  /// one CUDA graph of the whole step (CudaDecodeEngine::replays_graph); off: every step is
+  /// enqueued kernel by kernel (the same results either way)
+  bool cuda_graph = true;
   /// Numerical health (`run --verify`): the residual stream after every layer's attention and
   /// FFN, and the logits, checked for NaN and Inf; a step that finds one throws Error naming the
   /// layer and phase where it first appeared
@@ -106,6 +110,7 @@ struct StepStats {
   double attention_rel_error = -1;  ///< relative L2 error vs dense attention; -1 not measured
   double quality_ms = 0.0;          ///< time spent measuring recall and error (not in step_ms)
   std::vector<std::int32_t> next_tokens;  ///< greedy choice per request
+  bool graph_replay = false;              ///< CUDA engine: the step replayed the step's CUDA graph
 };
 
 namespace detail {

@@ -34,7 +34,6 @@ HotRowCache::HotRowCache(const HotRowShape& shape, Backend backend)
       traces_(static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.streams)) {
   if (backend != Backend::cuda) return;
   const auto streams = static_cast<std::size_t>(shape.streams);
-  seq_lens_device_ = Buffer<std::int64_t>::device(streams, backend, "hisparse swap-in lengths");
   num_real_device_ = Buffer<std::int32_t>::device(1, backend, "hisparse swap-in batch");
   physical_device_ =
       Buffer<std::int32_t>::device(physical_.size(), backend, "hisparse swap-in rows");

@@ -56,19 +56,29 @@ class HotRowCache {
   SwapInStats swap_in(int layer, const std::int32_t* selected, std::int64_t seq_len,
                       std::int32_t* slots);
 #if HISPARSE_WITH_CUDA
-  /// CUDA engine: append() of every stream at once from device rows [streams][row_elements],
-  /// enqueued on `stream` (the pool row from the GPU, the newest-token slot on the GPU), ordered
-  /// before the next swap-in on the same stream.
-  void append_device(int layer, std::int64_t seq_len, const void* rows, const Stream& stream);
-  /// CUDA engine: swap_in() with the selection and the slots in device memory, enqueued on
-  /// `stream` without waiting: the counts and a copy of the selection land in pinned memory of
-  /// the layer, which finish_step_device() reads once the stream has passed them.
+  // CUDA engine. Positions and lengths are device arrays [streams] that the kernels read when
+  // they run, so that a CUDA graph of the step replays at every length; `seq_len` is what they
+  // hold this step (the host's bounds check and the traces).
+  /// append() of every stream at once from device rows [streams][row_elements], token
+  /// positions[s] (= seq_len - 1), enqueued on `stream` (the pool row from the GPU, the
+  /// newest-token slot on the GPU), ordered before the next swap-in on the same stream.
+  void append_device(int layer, std::int64_t seq_len, const void* rows,
+                     const std::int64_t* positions, const Stream& stream);
+  /// swap_in() with the selection, the lengths (seq_lens[s] = seq_len) and the slots in device
+  /// memory, enqueued on `stream` without waiting: the counts and a copy of the selection land in
+  /// pinned memory of the layer, which finish_step_device() reads once the stream has passed them.
   void swap_in_device(int layer, const std::int32_t* selected, std::int64_t seq_len,
-                      std::int32_t* slots, const Stream& stream);
-  /// CUDA engine, after the step's work has finished (the engine synchronised its stream): the
-  /// hits and misses of every swap_in_device() since the last call, summed, and their selections
-  /// recorded in the traces.
+                      const std::int64_t* seq_lens, std::int32_t* slots, const Stream& stream);
+  /// After the step's work has finished (the engine synchronised its stream): the hits and
+  /// misses of every swap_in_device() since the last call, summed, and their selections recorded
+  /// in the traces.
   SwapInStats finish_step_device();
+  /// A CUDA graph captured the swap_in_device() calls since the last finish and none of them ran:
+  /// forgets them and returns their layers, for replayed().
+  [[nodiscard]] std::vector<int> forget_pending();
+  /// A replay of that graph at `seq_len` ran swap_in_device() of `layers`: finish_step_device()
+  /// reads them.
+  void replayed(const std::vector<int>& layers, std::int64_t seq_len);
 #endif
   /// The layer's hot rows: slot s of stream r at (r * (hot + 1) + s) * row_elements elements.
   [[nodiscard]] const std::uint8_t* layer_rows_bytes(int layer) const;
@@ -89,8 +99,6 @@ class HotRowCache {
   std::vector<SelectionTrace> traces_;
   void record_traces(int layer, const std::int32_t* selected, std::int64_t seq_len);
   // CUDA engine: device copies of the swap-in's inputs and output, and a host copy of a selection
-  Buffer<std::int64_t> seq_lens_device_;
-  std::int64_t uploaded_seq_len_ = -1;  ///< what seq_lens_device_ holds
   Buffer<std::int32_t> num_real_device_, physical_device_;
   /// Per layer, pinned: the swap-in's [streams][2] counts and a copy of its selection
   Buffer<std::int32_t> stats_pinned_, selected_pinned_;

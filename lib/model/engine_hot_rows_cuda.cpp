@@ -12,39 +12,34 @@
 namespace hisparse {
 
 void HotRowCache::append_device(int layer, std::int64_t seq_len, const void* rows,
-                                const Stream& stream) {
+                                const std::int64_t* positions, const Stream& stream) {
   (void)pool_row_bytes(0, layer, seq_len - 1);  // checks the token against the pool's capacity
   const HotBuffer& hb = cache_.hot_buffer();
   const kernels::HostPoolView pool = cache_.pool().layer_view(layer);
   kernels::AppendRowsArgs a;
   a.src = static_cast<const std::uint8_t*>(rows);
   // The pool's device address (mapped pinned memory): the kernel writes host memory directly.
-  a.pool = const_cast<std::uint8_t*>(pool.base) +
-           static_cast<std::size_t>(seq_len - 1) * pool.row_stride;
+  a.pool = const_cast<std::uint8_t*>(pool.base);
   a.pool_stride = pool.request_stride;
-  a.hot =
-      hb.layer_rows(layer) +
-      static_cast<std::size_t>(hb.physical_row(0, hb.newest_slot(seq_len))) * hb.shape().row_stride;
+  a.pool_row_stride = pool.row_stride;
+  a.hot = hb.layer_rows(layer);
   a.hot_stride = static_cast<std::size_t>(hb.physical_row(1, 0)) * hb.shape().row_stride;
+  a.hot_slot_stride = hb.shape().row_stride;
+  a.newest_slot_max = hb.shape().hot;  // HotBuffer::newest_slot: min(position, hot)
+  a.positions = positions;
   a.rows = shape_.streams;
   a.bytes = static_cast<int>(row_bytes());
   kernels::launch_append_rows(a, stream.native());
 }
 
 void HotRowCache::swap_in_device(int layer, const std::int32_t* selected, std::int64_t seq_len,
-                                 std::int32_t* slots, const Stream& stream) {
-  if (seq_len != uploaded_seq_len_) {  // once per step: every layer swaps in at one length
-    std::fill(seq_lens_.begin(), seq_lens_.end(), seq_len);
-    HISPARSE_CUDA_CHECK(cudaMemcpyAsync(seq_lens_device_.device_data(), seq_lens_.data(),
-                                        seq_lens_.size() * sizeof(std::int64_t),
-                                        cudaMemcpyHostToDevice, stream.native()));
-    uploaded_seq_len_ = seq_len;
-  }
+                                 const std::int64_t* seq_lens, std::int32_t* slots,
+                                 const Stream& stream) {
   const std::size_t entries = physical_.size();
   const auto streams = static_cast<std::size_t>(shape_.streams);
   SwapInStep step;
   step.selected = selected;
-  step.seq_lens = seq_lens_device_.device_data();
+  step.seq_lens = seq_lens;
   step.seq_lens_int64 = true;
   step.num_real = num_real_device_.device_data();
   step.batch = shape_.streams;
@@ -82,6 +77,17 @@ SwapInStats HotRowCache::finish_step_device() {
   total.bytes = total.misses * static_cast<std::int64_t>(cache_.pool().copy_bytes());
   pending_.clear();
   return total;
+}
+
+std::vector<int> HotRowCache::forget_pending() {
+  std::vector<int> layers;
+  for (const PendingSwapIn& p : pending_) layers.push_back(p.layer);
+  pending_.clear();
+  return layers;
+}
+
+void HotRowCache::replayed(const std::vector<int>& layers, std::int64_t seq_len) {
+  for (int layer : layers) pending_.push_back({layer, seq_len});
 }
 
 }  // namespace hisparse

@@ -37,10 +37,11 @@ const std::vector<std::string>& scenario_key_paths() {
           "sink_tokens", "recency_bias", "query_drift", "replay_path"})
       k.push_back(std::string("workload.") + w);
     for (const auto& axis : sweep_axis_names()) k.push_back("sweep." + axis);
-    for (const char* o : {"outputs.dir", "outputs.formats", "trace.enabled", "trace.steps",
-                          "fathom.klt", "fathom.rule", "fathom.centre_keys", "fathom.head_budgets",
-                          "deployment.share_layer_weights", "deployment.gpu_memory_gib",
-                          "deployment.gemm_dtype", "deployment.overlap_selection"})
+    for (const char* o :
+         {"outputs.dir", "outputs.formats", "trace.enabled", "trace.steps", "fathom.klt",
+          "fathom.rule", "fathom.centre_keys", "fathom.head_budgets",
+          "deployment.share_layer_weights", "deployment.gpu_memory_gib", "deployment.gemm_dtype",
+          "deployment.overlap_selection", "deployment.cuda_graph"})
       k.emplace_back(o);
     return k;
   }();

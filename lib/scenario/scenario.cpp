@@ -379,10 +379,12 @@ class ScenarioParser {
     if (!n.IsMap())
       throw Error(r_.where("deployment", n), "expected a mapping",
                   "write e.g. 'deployment: {share_layer_weights: true, gpu_memory_gib: 141}'");
-    r_.known_keys(n, "deployment",
-                  {"share_layer_weights", "gpu_memory_gib", "gemm_dtype", "overlap_selection"});
+    r_.known_keys(
+        n, "deployment",
+        {"share_layer_weights", "gpu_memory_gib", "gemm_dtype", "overlap_selection", "cuda_graph"});
     if (n["overlap_selection"])
       d.overlap_selection = r_.boolean(n["overlap_selection"], "deployment.overlap_selection");
+    if (n["cuda_graph"]) d.cuda_graph = r_.boolean(n["cuda_graph"], "deployment.cuda_graph");
     if (n["gemm_dtype"])
       d.gemm_dtype = r_.choice(n["gemm_dtype"], "deployment.gemm_dtype", {"fp32", "bf16"});
     if (n["share_layer_weights"])
@@ -515,6 +517,7 @@ std::vector<SweepPoint> build_points(const Scenario& s, bool check) {
     c.share_layer_weights = s.deployment.share_layer_weights;
     c.bf16_gemm = s.deployment.gemm_dtype == "bf16";
     c.overlap_selection = s.deployment.overlap_selection;
+    c.cuda_graph = s.deployment.cuda_graph;
     c.quality_metrics = s.quality_metrics;
     const bool top_k_given = c.top_k != 0;
     if (!top_k_given) c.top_k = default_top_k(model);
@@ -709,11 +712,12 @@ nlohmann::json Scenario::to_json() const {
   // Only when not the default: results recorded before the keys existed compare equal (the gate).
   if (!quality_metrics) j["quality_metrics"] = false;
   if (deployment.share_layer_weights || deployment.gpu_memory_gib > 0 ||
-      deployment.gemm_dtype != "fp32" || !deployment.overlap_selection) {
+      deployment.gemm_dtype != "fp32" || !deployment.overlap_selection || !deployment.cuda_graph) {
     j["deployment"] = {{"share_layer_weights", deployment.share_layer_weights},
                        {"gpu_memory_gib", deployment.gpu_memory_gib},
                        {"gemm_dtype", deployment.gemm_dtype}};
     if (!deployment.overlap_selection) j["deployment"]["overlap_selection"] = false;
+    if (!deployment.cuda_graph) j["deployment"]["cuda_graph"] = false;
   }
   j["fathom"] = {
       {"klt", fathom.klt},

@@ -73,6 +73,9 @@
 //                               # CPU engine [fp32]
 //     overlap_selection: true   # CUDA engine, MLA models: the indexer, top-k and swap-in on a
 //                               # second stream beside the query and KV projections [true]
+//     cuda_graph: true          # CUDA engine: steps replay one CUDA graph of the whole step
+//                               # (traced, Fathom, quality-sampled and replay-capture steps run
+//                               # eagerly); false: every step launched kernel by kernel [true]
 //   trace:                      # CUPTI timeline of the first measured steps (CUDA backend)
 //     enabled: false            # same as `run --trace`: writes trace.json, gpu_phase_ms
 //     steps: 4                  # traced steps per sweep point (--trace-steps)
@@ -130,6 +133,8 @@ struct DeploymentSpec {
   std::string gemm_dtype = "fp32";
   /// EngineConfig::overlap_selection
   bool overlap_selection = true;
+  /// EngineConfig::cuda_graph
+  bool cuda_graph = true;
 };
 
 struct FathomSpec {

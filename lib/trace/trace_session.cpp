@@ -21,6 +21,7 @@ namespace hisparse::trace {
 
 namespace {
 std::atomic<bool> g_session_open{false};
+std::atomic<bool> g_collecting{false};
 }  // namespace
 
 std::optional<std::string> other_profiler() {
@@ -83,6 +84,7 @@ TraceSession::TraceSession(TraceOptions options) : impl_(std::make_unique<Impl>(
 #if HISPARSE_WITH_CUDA
   std::string why, warning;
   impl_->collector = detail::CuptiCollector::start(impl_->options, why, warning);
+  g_collecting = impl_->collector != nullptr;
   impl_->message = impl_->collector ? warning : fmt::format("trace disabled: {}", why);
 #else
   impl_->message = "trace disabled: this build has no CUDA backend (no CUPTI)";
@@ -95,6 +97,10 @@ TraceSession::~TraceSession() {
     (void)stop();
   } catch (...) {  // a destructor must not throw; stop() reports through its records
   }
+}
+
+bool TraceSession::collecting() noexcept {
+  return g_collecting;
 }
 
 bool TraceSession::active() const noexcept {
@@ -113,6 +119,7 @@ TraceRecords TraceSession::stop() {
   TraceRecords out;
 #if HISPARSE_WITH_CUDA
   if (impl_->collector) {
+    g_collecting = false;
     out = impl_->collector->stop();
     impl_->collector.reset();
   }

@@ -62,6 +62,9 @@ class TraceSession {
   TraceSession& operator=(const TraceSession&) = delete;
 
   [[nodiscard]] bool active() const noexcept;
+  /// Whether a session of this process is collecting a timeline now (a decode engine then runs
+  /// its steps eagerly, so that the NVTX ranges enclose each phase's kernels).
+  [[nodiscard]] static bool collecting() noexcept;
   /// Why the session is inactive, or a warning about an active one (e.g. NVTX ranges will be
   /// missing because injection was not prepared); empty when all is well.
   [[nodiscard]] const std::string& message() const noexcept;

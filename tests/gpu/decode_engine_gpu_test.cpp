@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "support/error_message.hpp"
 #include "support/gpu.hpp"
 #include "support/temp_dir.hpp"
+#include "trace/trace_session.hpp"
 
 namespace hisparse {
 namespace {
@@ -169,6 +171,62 @@ TEST_F(DecodeEngineGpu, OverlappedSelectionGivesTheResultsOfOneStream) {
       EXPECT_EQ(a.misses, b.misses);
       for (int l = 0; l < model.layers; ++l)
         EXPECT_EQ(overlapped.last_attention(l), serial.last_attention(l)) << "layer " << l;
+    }
+  }
+}
+
+// A replayed CUDA graph of the step reads every position and length from device memory when it
+// runs: it must give what the same steps enqueued kernel by kernel give, bit for bit, at every
+// step (tokens, hits, misses, bytes, every layer's queries and attention), in hot buffers still
+// filling (the newest slot follows the position) and full ones. A step during a CUPTI timeline
+// runs eagerly; the next replays again.
+TEST_F(DecodeEngineGpu, GraphReplayGivesTheResultsOfEagerSteps) {
+  struct GraphCase {
+    const char* model;
+    Mode mode;
+    std::int64_t context;
+    int hot_buffer;
+    bool bf16;
+  };
+  const std::vector<GraphCase> cases = {
+      {"tiny-dsa", Mode::dense, 600, 0, false},    {"tiny-dsa", Mode::sparse_gpu, 600, 0, true},
+      {"tiny-dsa", Mode::hisparse, 600, 0, true},  {"tiny-dsa", Mode::hisparse, 200, 256, false},
+      {"tiny-gqa", Mode::dense, 600, 0, false},    {"tiny-gqa", Mode::sparse_gpu, 600, 0, false},
+      {"tiny-gqa", Mode::hisparse, 600, 0, false}, {"tiny-gqa", Mode::hisparse, 100, 128, true}};
+  constexpr int kSteps = 6;
+  for (const GraphCase& c : cases) {
+    SCOPED_TRACE(std::string(c.model) + " " + std::string(name_of(c.mode)) + " ctx " +
+                 std::to_string(c.context));
+    EngineConfig config = bf16_config(c.mode, kSteps);
+    config.backend = Backend::cuda;
+    config.context_length = c.context;
+    config.hot_buffer = c.hot_buffer;
+    config.bf16_gemm = c.bf16;
+    config.quality_metrics = false;  // a quality sample synchronises: such steps run eagerly
+    EngineConfig eager_config = config;
+    eager_config.cuda_graph = false;
+    const ModelSpec model = load_model(c.model);
+    DecodeEngine graphed(model, config), eager(model, eager_config);
+    for (int step = 0; step < kSteps; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      std::optional<trace::TraceSession> timeline;
+      if (step == 3) timeline.emplace(trace::TraceOptions{.label = "graph test"});
+      const bool traced = timeline && timeline->active();
+      const StepStats a = graphed.step(), b = eager.step();
+      if (timeline) (void)timeline->stop();
+      EXPECT_EQ(a.graph_replay, step > 0 && !traced);
+      EXPECT_FALSE(b.graph_replay);
+      ASSERT_EQ(a.next_tokens, b.next_tokens);
+      EXPECT_EQ(a.hits, b.hits);
+      EXPECT_EQ(a.misses, b.misses);
+      EXPECT_EQ(a.bytes_h2d, b.bytes_h2d);
+      EXPECT_EQ(a.bytes_scanned, b.bytes_scanned);
+      EXPECT_GT(a.phase_ms.at("attention"), 0.0);  // the graph's event nodes time its phases
+      EXPECT_GT(a.phase_ms.at("ffn"), 0.0);
+      for (int l = 0; l < model.layers; ++l) {
+        EXPECT_EQ(graphed.last_queries(l), eager.last_queries(l)) << "layer " << l;
+        EXPECT_EQ(graphed.last_attention(l), eager.last_attention(l)) << "layer " << l;
+      }
     }
   }
 }

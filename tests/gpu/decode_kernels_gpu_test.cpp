@@ -466,6 +466,20 @@ TEST_F(DecodeKernelsGpu, AttentionAndGroupMassOverBf16RowsMatchTheTwin) {
   kernels::store_bf16_rows_ref(st);
   EXPECT_EQ(got_src, std::vector<float>(src.host(), src.host() + got_src.size()));
   EXPECT_EQ(got_dst, std::vector<std::uint16_t>(dst.host(), dst.host() + got_dst.size()));
+  // At positions read from device memory (a replayed graph's way): 3 requests x 2 KV heads, each
+  // (request, head) a cache of 64 rows, request r's row at position[r].
+  Mirror<float> src2(normal(6 * 40, rng));
+  Mirror<std::uint16_t> cache(std::vector<std::uint16_t>(6 * 64 * 40, 9));
+  Mirror<std::int64_t> position(std::vector<std::int64_t>{63, 0, 17});
+  kernels::StoreBf16RowsArgs at{src2.dev(), cache.dev(), 6, 40, 0, 64 * 40, position.dev(), 2};
+  kernels::launch_store_bf16_rows(at, s());
+  const auto got_cache = cache.fetch();
+  at.src = src2.host();
+  at.dst = cache.host();
+  at.dst_positions = position.host();
+  kernels::store_bf16_rows_ref(at);
+  EXPECT_EQ(got_cache, std::vector<std::uint16_t>(cache.host(), cache.host() + got_cache.size()));
+  EXPECT_EQ(got_cache[(3 * 64 + 0) * 40 + 5], float_to_bf16(src2.host()[3 * 40 + 5]));
 }
 
 TEST_F(DecodeKernelsGpu, SmallDecodeOpsMatchTheTwin) {
@@ -593,6 +607,33 @@ TEST_F(DecodeKernelsGpu, AppendRowsWritesPoolAndHotBufferAsTheTwin) {
               want_pool);
     EXPECT_EQ(got_hot, want_hot);
   }
+  // Positions read from device memory: pool rows of 9 tokens per request, 4 hot slots + the
+  // newest-token slot per request; positions below the hot size go to their own slot, later ones
+  // to the reserved slot 4.
+  const int rows = 4, bytes = 48, tokens = 9, hot_slots = 4;
+  std::vector<std::uint8_t> src(static_cast<std::size_t>(rows) * bytes);
+  for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+  Mirror<std::uint8_t> src_d(src);
+  const std::size_t pool_stride = tokens * bytes, hot_stride = (hot_slots + 1) * bytes;
+  auto pool = Buffer<std::uint8_t>::pinned(rows * pool_stride, Backend::cuda, "test pool");
+  std::fill_n(pool.host_data(), pool.size(), std::uint8_t{0xAB});
+  Mirror<std::uint8_t> hot(std::vector<std::uint8_t>(rows * hot_stride, 0xCD));
+  Mirror<std::int64_t> position(std::vector<std::int64_t>{0, 3, 4, 8});
+  kernels::AppendRowsArgs a{
+      src_d.dev(), pool.device_data(), pool_stride, hot.dev(), hot_stride, rows,
+      bytes,       position.dev(),     bytes,       bytes,     hot_slots};
+  kernels::launch_append_rows(a, s());
+  const auto got_hot = hot.fetch();
+  std::vector<std::uint8_t> want_pool(pool.size(), 0xAB), want_hot(rows * hot_stride, 0xCD);
+  a.src = src.data();
+  a.pool = want_pool.data();
+  a.hot = want_hot.data();
+  a.positions = position.host();
+  kernels::append_rows_ref(a);
+  EXPECT_EQ(std::vector<std::uint8_t>(pool.host_data(), pool.host_data() + pool.size()), want_pool);
+  EXPECT_EQ(got_hot, want_hot);
+  EXPECT_EQ(want_hot[3 * hot_stride + hot_slots * bytes], src[3 * bytes]);  // position 8: slot 4
+  EXPECT_EQ(want_pool[3 * pool_stride + 8 * bytes], src[3 * bytes]);
 }
 
 // The non-finite check over random rows with NaN, +Inf and -Inf planted at random places (and

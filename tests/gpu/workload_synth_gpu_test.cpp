@@ -119,8 +119,17 @@ TEST(WorkloadSynthGpu, QueryWalkAndIndexQueriesMatchTheTwinBitForBit) {
     dq.out = d_out.device_data();
     q.state = state.data();
     q.out = out.data();
+    // Odd steps read the step from device memory (a replayed CUDA graph's way), the host's value
+    // poisoned.
+    auto d_step = to_device(std::vector<std::int64_t>{0});
     for (std::int64_t step = 0; step < 5; ++step) {
       q.step = dq.step = step;
+      dq.step_device = nullptr;
+      if (step % 2 == 1) {
+        copy_bytes(d_step.device_data(), &step, sizeof(step), Backend::cuda);
+        dq.step = -7;
+        dq.step_device = d_step.device_data();
+      }
       kernels::synth_queries_ref(q);
       kernels::launch_synth_queries(dq, nullptr);
       EXPECT_EQ(to_host(d_out, n), out) << "step " << step;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/cuda_check.hpp"
+#include "core/cuda_graph.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
 #include "core/stream.hpp"
@@ -421,25 +422,19 @@ inline void capture_and_replay(Harness& h, Rng& rng, int steps, const std::strin
   Stream stream(Backend::cuda);
   const int batch = h.shape().batch;
   h.make_step(batch);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
-  kernels::launch_swap_in(h.args(true), stream.native());
-  HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
-  HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const CudaGraph graph(
+      stream, [&] { kernels::launch_swap_in(h.args(true), stream.native()); }, "swap-in test");
   for (int step = 0; step < steps; ++step) {
     const int real =
         step % 5 == 4 ? static_cast<int>(rng.below(static_cast<std::uint64_t>(batch) + 1)) : batch;
     h.make_step(real);
     h.upload_inputs();
-    HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec, stream.native()));
+    graph.launch(stream);
     stream.synchronize();
     h.run_twin();
     h.expect_equal(label + " step " + std::to_string(step));
     if (::testing::Test::HasFatalFailure()) break;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 #endif
 

@@ -20,6 +20,39 @@ void decode_ops_store(std::vector<float>& src, std::vector<std::uint16_t>& dst) 
   store_bf16_rows_ref(st);
 }
 
+// The stores a replayed CUDA graph makes read the new token's position from memory: worked by
+// hand on the twins (the kernels share these address functions and are checked against them on
+// the GPU).
+TEST(KernelsDecodeOps, StoresAtPositionsReadFromMemory) {
+  // Two requests x two KV heads, caches of 3 rows of 2; request 0 at position 2, request 1 at 0.
+  std::vector<float> src{1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<std::uint16_t> cache(4 * 3 * 2, 0);
+  const std::vector<std::int64_t> position{2, 0};
+  StoreBf16RowsArgs st{src.data(), cache.data(), 4, 2, 0, 6, position.data(), 2};
+  store_bf16_rows_ref(st);
+  std::vector<std::uint16_t> want(cache.size(), 0);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 2; ++c)
+      want[static_cast<std::size_t>(r * 6 + position[r / 2] * 2 + c)] =
+          float_to_bf16(src[r * 2 + c]);
+  EXPECT_EQ(cache, want);
+  EXPECT_EQ(cache[4], float_to_bf16(1.0f));   // row 0 at position 2: elements 4, 5
+  EXPECT_EQ(cache[12], float_to_bf16(5.0f));  // row 2 (request 1) at position 0: element 12
+
+  // The append: pool rows of 2 bytes, 4 tokens per stream; 2 hot slots + the newest slot.
+  const std::vector<std::uint8_t> rows{10, 11, 20, 21, 30, 31};
+  std::vector<std::uint8_t> pool(3 * 8, 0), hot(3 * 6, 0);
+  const std::vector<std::int64_t> at{0, 1, 3};  // slots 0, 1 and (3 >= 2 hot slots) the newest, 2
+  AppendRowsArgs a{rows.data(), pool.data(), 8, hot.data(), 6, 3, 2, at.data(), 2, 2, 2};
+  append_rows_ref(a);
+  EXPECT_EQ(pool, (std::vector<std::uint8_t>{10, 11, 0,  0,  0, 0, 0,  0,  //
+                                             0,  0,  20, 21, 0, 0, 0,  0,  //
+                                             0,  0,  0,  0,  0, 0, 30, 31}));
+  EXPECT_EQ(hot, (std::vector<std::uint8_t>{10, 11, 0, 0, 0, 0,  //
+                                            0, 0, 20, 21, 0, 0,  //
+                                            0, 0, 0, 0, 30, 31}));
+}
+
 TEST(KernelsAttention, TwoTokensByHand) {
   // logits 0 and ln 3: weights 1/4 and 3/4 of v0 = (4, 0) and v1 = (0, 8) -> (1, 6).
   const std::vector<float> q{1.0f, 0.0f};

@@ -40,6 +40,30 @@ TEST(KernelsIndexer, ScoresByHand) {
   EXPECT_EQ(scores[2], -std::numeric_limits<float>::infinity());
 }
 
+// A replayed CUDA graph's way: each request's new key at the position read from memory (not
+// dest_offset). Request 0's key (448, 0) at row 2, request 1's (0, -448) at row 0, rows of 3.
+TEST(KernelsIndexer, QuantizedKeysGoToPositionsReadFromMemory) {
+  const std::vector<float> keys{448, 0, 0, -448};
+  std::vector<std::uint8_t> codes(2 * 3 * 2, 0);
+  std::vector<float> scales(2 * 3, 0.0f);
+  const std::vector<std::int64_t> position{2, 0};
+  QuantizeIndexKeysArgs q;
+  q.keys = keys.data();
+  q.codes = codes.data();
+  q.scales = scales.data();
+  q.rows = 2;
+  q.dim = 2;
+  q.key_stride = 2;
+  q.dest_row_stride = 3;
+  q.dest_offset = 1;  // ignored with positions
+  q.dest_positions = position.data();
+  quantize_index_keys_ref(q);
+  EXPECT_EQ(scales, (std::vector<float>{0, 0, 1, 1, 0, 0}));
+  EXPECT_EQ(fp8e4m3_to_float(codes[4]), 448.0f);
+  EXPECT_EQ(fp8e4m3_to_float(codes[7]), -448.0f);
+  EXPECT_EQ(codes[2], 0);  // row 1 (dest_offset) untouched
+}
+
 TEST(KernelsIndexer, QuantizeKeyUsesAbsmaxOver448) {
   const float key[] = {448.0f, -224.0f, 0.0f};
   std::uint8_t codes[3];

@@ -93,7 +93,7 @@ TEST(ScenarioValidation, DeploymentKeysReachThePointsAndTheResults) {
             "1000000");
   EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {share_weights: true}\n"),
             "s.yaml:3:14: deployment.share_weights: unknown key; use one of share_layer_weights, "
-            "gpu_memory_gib, gemm_dtype, overlap_selection");
+            "gpu_memory_gib, gemm_dtype, overlap_selection, cuda_graph");
   EXPECT_TRUE(plain.expand().front().config.overlap_selection);
   const Scenario one_stream = parse_scenario("name: a\nmodel: tiny-dsa\n", "s.yaml",
                                              {"deployment.overlap_selection=false"});
@@ -101,6 +101,14 @@ TEST(ScenarioValidation, DeploymentKeysReachThePointsAndTheResults) {
   EXPECT_EQ(one_stream.to_json()["deployment"]["overlap_selection"], false);
   EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {overlap_selection: 2}\n"),
             "s.yaml:3:33: deployment.overlap_selection: expected true or false, got '2'; write "
+            "true or false");
+  EXPECT_TRUE(plain.expand().front().config.cuda_graph);
+  const Scenario eager =
+      parse_scenario("name: a\nmodel: tiny-dsa\n", "s.yaml", {"deployment.cuda_graph=false"});
+  EXPECT_FALSE(eager.expand().front().config.cuda_graph);
+  EXPECT_EQ(eager.to_json()["deployment"]["cuda_graph"], false);
+  EXPECT_EQ(error_of("name: a\nmodel: tiny-dsa\ndeployment: {cuda_graph: yes please}\n"),
+            "s.yaml:3:26: deployment.cuda_graph: expected true or false, got 'yes please'; write "
             "true or false");
 }
 

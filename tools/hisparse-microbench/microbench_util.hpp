@@ -21,6 +21,7 @@
 
 #include "bench/ceilings.hpp"
 #include "core/cuda_check.hpp"
+#include "core/cuda_graph.hpp"
 #include "core/device.hpp"
 #include "core/dtypes.hpp"
 #include "core/error.hpp"
@@ -185,27 +186,11 @@ Buffer<T> device_copy(const std::vector<T>& host, const char* label) {
 }
 
 /// A captured launch sequence, replayed with one cudaGraphLaunch.
-class CapturedGraph {
+class CapturedGraph : public CudaGraph {
  public:
-  CapturedGraph(const Stream& stream, const std::function<void(cudaStream_t)>& launches) {
-    HISPARSE_CUDA_CHECK(cudaStreamBeginCapture(stream.native(), cudaStreamCaptureModeThreadLocal));
-    launches(stream.native());
-    cudaGraph_t graph = nullptr;
-    HISPARSE_CUDA_CHECK(cudaStreamEndCapture(stream.native(), &graph));
-    HISPARSE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
-    HISPARSE_CUDA_CHECK(cudaGraphDestroy(graph));
-  }
-  CapturedGraph(const CapturedGraph&) = delete;
-  CapturedGraph& operator=(const CapturedGraph&) = delete;
-  ~CapturedGraph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-  }
-  void launch(const Stream& stream) const {
-    HISPARSE_CUDA_CHECK(cudaGraphLaunch(exec_, stream.native()));
-  }
-
- private:
-  cudaGraphExec_t exec_ = nullptr;
+  CapturedGraph(const Stream& stream, const std::function<void(cudaStream_t)>& launches)
+      : CudaGraph(
+            stream, [&] { launches(stream.native()); }, "microbenchmark") {}
 };
 
 /// Evicts the L2 by writing twice its size (call before a timed region, outside it).

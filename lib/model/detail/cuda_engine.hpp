@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "core/cuda_check.hpp"
+#include "core/cuda_graph.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
@@ -41,6 +42,7 @@
 #include "model/selection_quality.hpp"
 #include "model/weights.hpp"
 #include "trace/nvtx.hpp"
+#include "trace/trace_session.hpp"
 
 namespace hisparse::detail {
 
@@ -55,7 +57,8 @@ using std::size_t;
 // after the step's final synchronisation. The events are made on the first step and reused. Both
 // events of a piece go to the stream that was current when it opened (set_stream), so a phase on
 // the selection stream is timed there; phases on two streams overlap, and their sum can exceed
-// the step.
+// the step. While a CUDA graph of the step is captured the events become event-record nodes of
+// the graph (cudaEventRecordExternal), so each replay times its phases with the same events.
 class GpuPhaseClock {
  public:
   explicit GpuPhaseClock(cudaStream_t stream) : stream_(stream) {}
@@ -81,7 +84,11 @@ class GpuPhaseClock {
   };
 
   void begin_step() noexcept { used_ = 0; }
+  /// A replay of a graph captured with `marks` pieces: collect() reads their events.
+  void replayed(size_t marks) noexcept { used_ = marks; }
+  [[nodiscard]] size_t marks() const noexcept { return used_; }
   void set_stream(cudaStream_t stream) noexcept { stream_ = stream; }
+  void set_capturing(bool capturing) noexcept { capturing_ = capturing; }
   /// Adds each phase's GPU milliseconds to `phase_ms` (the stream must have finished).
   void collect(std::map<std::string, double>& phase_ms) const {
     for (size_t i = 0; i < used_; ++i) {
@@ -106,14 +113,17 @@ class GpuPhaseClock {
     }
     marks_[used_].name = name;
     marks_[used_].stream = stream_;
-    HISPARSE_CUDA_CHECK(cudaEventRecord(marks_[used_].start, stream_));
+    record(marks_[used_].start, stream_);
     return used_++;
   }
-  void close(size_t index) {
-    HISPARSE_CUDA_CHECK(cudaEventRecord(marks_[index].stop, marks_[index].stream));
+  void close(size_t index) { record(marks_[index].stop, marks_[index].stream); }
+  void record(cudaEvent_t event, cudaStream_t stream) const {
+    HISPARSE_CUDA_CHECK(cudaEventRecordWithFlags(
+        event, stream, capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault));
   }
 
   cudaStream_t stream_;
+  bool capturing_ = false;
   std::vector<Mark> marks_;
   size_t used_ = 0;
 };
@@ -198,6 +208,35 @@ class CudaDecodeEngine final : public EngineImpl {
                                             const std::vector<std::int64_t>& floats, int layer,
                                             const char* what) const;
 
+  // The step's positions and lengths, in device memory: every kernel reads them when it runs, so
+  // one CUDA graph of the step replays at every length. Written from pinned memory by the
+  // step's first copy: [positions B][lengths B][positions S][lengths S][step], S = KV streams
+  // (streams_), positions those of the new token, lengths after appending it.
+  [[nodiscard]] std::int64_t* step_state(std::int64_t at) const {
+    return step_state_.device_data() + at;
+  }
+  [[nodiscard]] const std::int64_t* positions() const { return step_state(0); }
+  [[nodiscard]] const std::int64_t* lens() const { return step_state(batch_); }
+  [[nodiscard]] const std::int64_t* stream_positions() const { return step_state(2 * batch_); }
+  [[nodiscard]] const std::int64_t* stream_lens() const {
+    return step_state(2 * batch_ + streams_);
+  }
+  [[nodiscard]] const std::int64_t* step_index() const {
+    return step_state(2 * std::int64_t{batch_} + 2 * streams_);
+  }
+  void write_step_state();
+  /// Everything a step runs on the GPU, enqueued on stream_ (and the selection stream) without
+  /// a host synchronisation where replays_graph(); `stats` gets what the host learns on the way
+  /// (Fathom's selection, quality samples).
+  void enqueue_step(StepStats& stats);
+  /// Whether this step replays the captured graph: EngineConfig::cuda_graph, a GPU-made workload
+  /// (a replayed capture's queries come from the host), no host-side selection (Fathom) or quality
+  /// sample in the step, and no timeline being traced (a traced step runs eagerly so that its NVTX
+  /// ranges enclose each phase's kernels). The first step always runs eagerly (it configures the
+  /// kernels and allocates the GEMM workspaces a capture must not).
+  [[nodiscard]] bool replays_graph() const;
+  /// Bytes the step's selection reads (StepStats::bytes_scanned) in the sparse-gpu selections.
+  [[nodiscard]] std::int64_t selection_bytes() const;
   void upload_weights(const ModelWeights& host);
   void fill_context();
   /// The workload's tables in device memory (synthetic workloads).
@@ -226,7 +265,7 @@ class CudaDecodeEngine final : public EngineImpl {
   void upload_workload_queries(int layer, bool index, float* out);
   void attention_gqa(int layer, StepStats& stats);
   void attention_mla(int layer, StepStats& stats);
-  void select_dsa(int layer, StepStats& stats);
+  void select_dsa(int layer);
   /// The hot buffer's swap-in of layer `layer`'s selection (slots into slots_), on s().
   void swap_in(int layer, const std::int32_t* selected);
   /// Points attention's rows and index list at the hot buffer's rows and slots_.
@@ -283,7 +322,10 @@ class CudaDecodeEngine final : public EngineImpl {
   Buffer<std::uint64_t> wl_key_seeds_, wl_value_seeds_, wl_query_seeds_;
   Buffer<std::int32_t> wl_index_channels_;
   std::vector<Buffer<float>> wl_query_state_;
-  Buffer<std::int64_t> positions_, lens_, group_lens_;
+  Buffer<std::int64_t> step_state_, step_state_host_;
+  std::unique_ptr<CudaGraph> graph_;       ///< the step, captured on its first replays_graph() step
+  std::vector<int> graph_swap_in_layers_;  ///< the layers whose swap-in the graph holds
+  size_t graph_marks_ = 0;                 ///< GpuPhaseClock pieces the graph records
   std::vector<Buffer<float>> attention_out_, query_record_;    ///< per layer, last step
   std::vector<std::int64_t> attention_floats_, query_floats_;  ///< per layer, last step
   Buffer<float> mla_workspace_;  ///< the MLA attention's partial sums, for its largest plan
