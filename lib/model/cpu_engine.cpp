@@ -156,11 +156,7 @@ void CpuDecodeEngine::ensure_capacity(std::int64_t rows) {
 
 StepStats CpuDecodeEngine::step() {
   HISPARSE_RANGE("step", Phase::step);
-  StepStats stats;
-  for (const char* p : {"embed", "indexer", "topk", "attention", "ffn", "lm_head", "append"})
-    stats.phase_ms[p] = 0.0;
-  if (hot_rows_) stats.phase_ms["swap_in"] = 0.0;
-  if (fathom_) stats.phase_ms["scan"] = 0.0;
+  StepStats stats = begin_step_stats();
   const auto start = Clock::now();
   ensure_pool_room();
   ensure_capacity(seq_len_ + 1);
@@ -222,11 +218,7 @@ StepStats CpuDecodeEngine::step() {
     }
   }
   tokens_ = stats.next_tokens;
-  ++seq_len_;
-  ++step_;
-  finish_quality(stats);
-  stats.step_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - start).count() - stats.quality_ms;
+  end_step(stats, start);
   return stats;
 }
 

@@ -572,11 +572,7 @@ std::int64_t CudaDecodeEngine::selection_bytes() const {
 
 StepStats CudaDecodeEngine::step() {
   HISPARSE_RANGE("step", Phase::step);
-  StepStats stats;
-  for (const char* p : {"embed", "indexer", "topk", "attention", "ffn", "lm_head", "append"})
-    stats.phase_ms[p] = 0.0;
-  if (hot_rows_) stats.phase_ms["swap_in"] = 0.0;
-  if (fathom_) stats.phase_ms["scan"] = 0.0;
+  StepStats stats = begin_step_stats();
   if (seq_len_ >= capacity_)
     throw Error(fmt::format("mode {}", name_of(config_.mode)),
                 fmt::format("step {} needs room for token {}, the GPU cache holds {} tokens per "
@@ -626,11 +622,7 @@ StepStats CudaDecodeEngine::step() {
     throw non_finite_error(model_, config_, step_, first_non_finite_host_.host_data()[0]);
   stats.next_tokens.assign(tokens_host_.host_data(), tokens_host_.host_data() + batch_);
   clock_.collect(stats.phase_ms);
-  ++seq_len_;
-  ++step_;
-  finish_quality(stats);
-  stats.step_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - start).count() - stats.quality_ms;
+  end_step(stats, start);
   return stats;
 }
 

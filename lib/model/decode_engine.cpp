@@ -151,13 +151,28 @@ void EngineImpl::add_quality_sample(const kernels::DecodeAttentionArgs& dense, c
   ++quality_samples_;
 }
 
-void EngineImpl::finish_quality(StepStats& stats) {
+StepStats EngineImpl::begin_step_stats() const {
+  StepStats stats;
+  for (const char* p : {"embed", "indexer", "topk", "attention", "ffn", "lm_head", "append"})
+    stats.phase_ms[p] = 0.0;
+  if (config_.mode == Mode::hisparse || config_.mode == Mode::hisparse_fathom)
+    stats.phase_ms["swap_in"] = 0.0;
+  if (fathom_) stats.phase_ms["scan"] = 0.0;
+  return stats;
+}
+
+void EngineImpl::end_step(StepStats& stats, std::chrono::steady_clock::time_point start) {
   if (quality_samples_ > 0) {
     stats.recall = recall_sum_ / quality_samples_;
     stats.attention_rel_error = error_sum_ / quality_samples_;
   }
   quality_samples_ = 0;
   recall_sum_ = error_sum_ = 0;
+  ++seq_len_;
+  ++step_;
+  stats.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() -
+      stats.quality_ms;
 }
 
 std::unique_ptr<FathomKeyIndex> EngineImpl::make_fathom_index(std::int64_t capacity,

@@ -171,9 +171,8 @@ class CpuDecodeEngine final : public EngineImpl {
   KvWorkload workload_;
   std::int64_t pool_capacity_ = 0;  ///< tokens per stream of the host pool / plane stores
   std::unique_ptr<FathomKeyIndex> fathom_index_;
-  std::vector<std::int32_t> slots_;  ///< last swap-in output [streams][width]
-  std::int64_t capacity_ = 0;        ///< rows per (request, KV head) allocated
-  std::int64_t step_ = 0;
+  std::vector<std::int32_t> slots_;               ///< last swap-in output [streams][width]
+  std::int64_t capacity_ = 0;                     ///< rows per (request, KV head) allocated
   std::vector<Buffer<float>> k_cache_, v_cache_;  ///< per layer [batch][kv_heads][capacity][dim]
   std::vector<Buffer<std::uint8_t>> index_keys_;  ///< per layer [batch][capacity][index_dim]
   std::vector<Buffer<float>> index_scales_;       ///< per layer [batch][capacity]

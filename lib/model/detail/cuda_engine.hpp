@@ -284,7 +284,6 @@ class CudaDecodeEngine final : public EngineImpl {
   Event selection_fork_{Backend::cuda}, selection_done_{Backend::cuda};
   KvWorkload workload_;
   std::int64_t capacity_ = 0;  ///< rows per (request, KV head): context + max_decode_steps
-  std::int64_t step_ = 0;
   std::map<std::string, Buffer<float>, std::less<>> weights_;
   std::map<std::string, Buffer<std::uint16_t>, std::less<>> weights_bf16_;
   Buffer<std::uint16_t> gemm_x_;  ///< a GEMM's activations rounded to bf16 [batch x widest k]

@@ -3,6 +3,7 @@
 // backend derives the same way live here.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,6 +36,7 @@ class EngineImpl {
   ModelSpec model_;
   EngineConfig config_;
   std::int64_t seq_len_ = 0;
+  std::int64_t step_ = 0;  ///< steps run
   std::size_t gpu_bytes_per_request_ = 0;
   int hot_slots_ = 0;
   int width_ = 0;    ///< selection entries per stream
@@ -67,8 +69,11 @@ class EngineImpl {
   void add_quality_sample(const kernels::DecodeAttentionArgs& dense, const float* q, const float* k,
                           const std::int32_t* selected, int groups, const float* sparse_out,
                           const float* dense_out);
-  /// Moves the step's samples into stats (recall, attention_rel_error) and resets them.
-  void finish_quality(StepStats& stats);
+  /// A step's stats with every phase this engine times at 0 (so that results list each phase).
+  [[nodiscard]] StepStats begin_step_stats() const;
+  /// The end of every step begun at `start`: the step's quality samples into stats, step_ms (less
+  /// the time the samples took), and the sequences one token longer.
+  void end_step(StepStats& stats, std::chrono::steady_clock::time_point start);
   /// Sets the sizes above from the configuration and the workload's geometry.
   void derive_sizes(const KvWorkload& workload);
   /// Each request's first token, from the workload seed.
