@@ -63,32 +63,26 @@ TEST_F(DecodeTensorCoreGpu, IndexerAndKeyQuantisationMatchTheTwin) {
     qa.key_stride = dim;
     qa.dest_row_stride = capacity;
     qa.dest_offset = 999;
-    qa.keys = fresh.dev();
-    qa.codes = c.dev();
-    qa.scales = sc.dev();
-    kernels::launch_quantize_index_keys(qa, s());
-    qa.keys = fresh.host();
-    qa.codes = c.host();
-    qa.scales = sc.host();
-    kernels::quantize_index_keys_ref(qa);
-    EXPECT_EQ(c.fetch(), std::vector<std::uint8_t>(c.host(), c.host() + codes.size()));
-    EXPECT_EQ(sc.fetch(), std::vector<float>(sc.host(), sc.host() + scales.size()));
+    // The kernel on the device copies, its twin on the host ones, then both compared.
+    auto quantize_both = [&](Mirror<std::int64_t>* position) {
+      qa.keys = fresh.dev();
+      qa.codes = c.dev();
+      qa.scales = sc.dev();
+      qa.dest_positions = position ? position->dev() : nullptr;
+      kernels::launch_quantize_index_keys(qa, s());
+      qa.keys = fresh.host();
+      qa.codes = c.host();
+      qa.scales = sc.host();
+      qa.dest_positions = position ? position->host() : nullptr;
+      kernels::quantize_index_keys_ref(qa);
+      EXPECT_EQ(c.fetch(), std::vector<std::uint8_t>(c.host(), c.host() + codes.size()));
+      EXPECT_EQ(sc.fetch(), std::vector<float>(sc.host(), sc.host() + scales.size()));
+    };
+    quantize_both(nullptr);
     // Each request's own position, read from device memory (a replayed graph's way).
     Mirror<std::int64_t> position(std::vector<std::int64_t>{0, 517, 998});
     qa.dest_offset = -1;  // unused with positions
-    qa.keys = fresh.dev();
-    qa.codes = c.dev();
-    qa.scales = sc.dev();
-    qa.dest_positions = position.dev();
-    kernels::launch_quantize_index_keys(qa, s());
-    qa.keys = fresh.host();
-    qa.codes = c.host();
-    qa.scales = sc.host();
-    qa.dest_positions = position.host();
-    kernels::quantize_index_keys_ref(qa);
-    EXPECT_EQ(c.fetch(), std::vector<std::uint8_t>(c.host(), c.host() + codes.size()));
-    EXPECT_EQ(sc.fetch(), std::vector<float>(sc.host(), sc.host() + scales.size()));
-    qa.dest_positions = nullptr;
+    quantize_both(&position);
 
     Mirror<float> q(normal(static_cast<std::size_t>(batch) * heads * dim, rng, 0.1f));
     Mirror<float> w(normal(static_cast<std::size_t>(batch) * heads, rng));
