@@ -128,15 +128,14 @@ struct StoreBf16RowsArgs {
   int src_stride = 0;           ///< 0: width
   std::int64_t dst_stride = 0;  ///< elements between dst rows (0: width)
   /// Optional (a step replayed from a CUDA graph reads its position when it runs): row r goes
-  /// dst_positions[r / rows_per_position] rows of `width` further (device memory on CUDA).
+  /// dst_positions[r] rows of `width` further (device memory on CUDA).
   const std::int64_t* dst_positions = nullptr;
-  int rows_per_position = 1;
 };
 /// Element offset of row r's first value in StoreBf16RowsArgs::dst.
 HISPARSE_HD std::int64_t store_row_offset(const StoreBf16RowsArgs& a, int r) {
   const std::int64_t stride = a.dst_stride ? a.dst_stride : a.width;
   const std::int64_t at = static_cast<std::int64_t>(r) * stride;
-  return a.dst_positions ? at + a.dst_positions[r / a.rows_per_position] * a.width : at;
+  return a.dst_positions ? at + a.dst_positions[r] * a.width : at;
 }
 
 /// The HiSparse append: the newest KV row of every stream into the host pool and into the hot

@@ -590,21 +590,23 @@ StepStats CudaDecodeEngine::step() {
       HISPARSE_RANGE("capture", Phase::step);
       StepStats captured;  // the host learns nothing while capturing
       clock_.begin_step();
-      clock_.set_capturing(true);
-      try {
+      {
+        // Whether or not the capture succeeds, nothing it enqueued ran.
+        struct EndCapture {
+          CudaDecodeEngine& e;
+          ~EndCapture() {
+            e.clock_.set_capturing(false);
+            if (e.hot_rows_) e.graph_swap_in_layers_ = e.hot_rows_->forget_pending();
+          }
+        } end{*this};
+        clock_.set_capturing(true);
         graph_ = std::make_unique<CudaGraph>(
             stream_, [&] { enqueue_step(captured); },
             fmt::format("the CUDA engine's decode step ({} at concurrency {})",
                         name_of(config_.mode), batch_)
                 .c_str());
-      } catch (...) {
-        clock_.set_capturing(false);
-        if (hot_rows_) (void)hot_rows_->forget_pending();
-        throw;
       }
-      clock_.set_capturing(false);
       graph_marks_ = clock_.marks();
-      if (hot_rows_) graph_swap_in_layers_ = hot_rows_->forget_pending();
     }
     clock_.replayed(graph_marks_);
     if (hot_rows_) hot_rows_->replayed(graph_swap_in_layers_, seq_len_ + 1);

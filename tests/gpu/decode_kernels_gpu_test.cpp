@@ -467,11 +467,11 @@ TEST_F(DecodeKernelsGpu, AttentionAndGroupMassOverBf16RowsMatchTheTwin) {
   EXPECT_EQ(got_src, std::vector<float>(src.host(), src.host() + got_src.size()));
   EXPECT_EQ(got_dst, std::vector<std::uint16_t>(dst.host(), dst.host() + got_dst.size()));
   // At positions read from device memory (a replayed graph's way): 3 requests x 2 KV heads, each
-  // (request, head) a cache of 64 rows, request r's row at position[r].
+  // (request, head) a cache of 64 rows, each at its request's position.
   Mirror<float> src2(normal(6 * 40, rng));
   Mirror<std::uint16_t> cache(std::vector<std::uint16_t>(6 * 64 * 40, 9));
-  Mirror<std::int64_t> position(std::vector<std::int64_t>{63, 0, 17});
-  kernels::StoreBf16RowsArgs at{src2.dev(), cache.dev(), 6, 40, 0, 64 * 40, position.dev(), 2};
+  Mirror<std::int64_t> position(std::vector<std::int64_t>{63, 63, 0, 0, 17, 17});
+  kernels::StoreBf16RowsArgs at{src2.dev(), cache.dev(), 6, 40, 0, 64 * 40, position.dev()};
   kernels::launch_store_bf16_rows(at, s());
   const auto got_cache = cache.fetch();
   at.src = src2.host();

@@ -27,13 +27,13 @@ TEST(KernelsDecodeOps, StoresAtPositionsReadFromMemory) {
   // Two requests x two KV heads, caches of 3 rows of 2; request 0 at position 2, request 1 at 0.
   std::vector<float> src{1, 2, 3, 4, 5, 6, 7, 8};
   std::vector<std::uint16_t> cache(4 * 3 * 2, 0);
-  const std::vector<std::int64_t> position{2, 0};
-  StoreBf16RowsArgs st{src.data(), cache.data(), 4, 2, 0, 6, position.data(), 2};
+  const std::vector<std::int64_t> position{2, 2, 0, 0};  // per (request, KV head) row
+  StoreBf16RowsArgs st{src.data(), cache.data(), 4, 2, 0, 6, position.data()};
   store_bf16_rows_ref(st);
   std::vector<std::uint16_t> want(cache.size(), 0);
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 2; ++c)
-      want[static_cast<std::size_t>(r * 6 + position[r / 2] * 2 + c)] =
+      want[static_cast<std::size_t>(r * 6 + position[static_cast<std::size_t>(r)] * 2 + c)] =
           float_to_bf16(src[r * 2 + c]);
   EXPECT_EQ(cache, want);
   EXPECT_EQ(cache[4], float_to_bf16(1.0f));   // row 0 at position 2: elements 4, 5
